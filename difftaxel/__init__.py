@@ -1,0 +1,43 @@
+"""difftaxel: differentiable tactile sensor models in JAX.
+
+Public names are listed one by one; submodules (``difftaxel.pose``, ``difftaxel.geometry``,
+``difftaxel.layout``, ``difftaxel.sensors``, ``difftaxel.testing``) hold the rest.
+"""
+
+from . import geometry, layout, pose
+from .geometry import (
+    Bodies,
+    Box,
+    Capsule,
+    Cylinder,
+    GridSDF,
+    Plane,
+    Sphere,
+    TriangleMesh,
+    sample_surface_points,
+)
+from .layout import (
+    gaussian_crosstalk_kernel,
+    generate_grid_points_on_plane,
+    generate_ring_points_on_sphere,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Bodies",
+    "Box",
+    "Capsule",
+    "Cylinder",
+    "GridSDF",
+    "Plane",
+    "Sphere",
+    "TriangleMesh",
+    "gaussian_crosstalk_kernel",
+    "generate_grid_points_on_plane",
+    "generate_ring_points_on_sphere",
+    "geometry",
+    "layout",
+    "pose",
+    "sample_surface_points",
+]

@@ -1,0 +1,100 @@
+"""Guarded numerics: norms, divisions and powers whose gradients stay finite at zero.
+
+Every helper here uses the "double where" pattern: the unsafe branch is evaluated on a
+substituted safe input, so neither the value nor the gradient of the discarded branch can
+produce NaN or inf (see the JAX FAQ on ``where`` and NaN gradients).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def eps(dtype) -> float:
+    """Machine epsilon of ``dtype``, floored at 1e-15 (Genesis's ``gs.EPS``)."""
+    return max(1e-15, float(jnp.finfo(jnp.dtype(dtype)).eps))
+
+
+def tiny(dtype) -> float:
+    """A squared-norm floor below which vectors count as zero for ``dtype``."""
+    return float(jnp.finfo(jnp.dtype(dtype)).tiny) ** 0.5 * 1e3
+
+
+def float_dtype(*xs) -> jnp.dtype:
+    """Result floating dtype of ``xs`` (at least the default float of JAX)."""
+    dt = jnp.result_type(*xs)
+    if not jnp.issubdtype(dt, jnp.floating):
+        dt = jnp.result_type(float)
+    return jnp.dtype(dt)
+
+
+def safe_norm(x: Array, axis: int = -1, keepdims: bool = False) -> Array:
+    """Euclidean norm with gradient 0 (not NaN) at the zero vector."""
+    sq = jnp.sum(x * x, axis=axis, keepdims=keepdims)
+    pos = sq > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, sq, 1.0)), 0.0)
+
+
+def safe_normalize(x: Array, axis: int = -1, floor: float | None = None) -> Array:
+    """``x / max(|x|, floor)``: unit vector, the zero vector stays zero with finite gradient.
+
+    ``floor`` defaults to the dtype's epsilon, as Genesis's ``v / max(|v|, eps)``.
+    """
+    f = eps(x.dtype) if floor is None else floor
+    n = safe_norm(x, axis=axis, keepdims=True)
+    return x / jnp.maximum(n, f)
+
+
+def safe_pow(x: Array, p: Array) -> Array:
+    """``x ** p`` for ``x >= 0``, ``p >= 1``: 0 at ``x == 0`` with finite derivatives in x and p.
+
+    The derivative in ``p`` is ``x**p log x`` which tends to 0 at ``x -> 0``; the naive form
+    gives ``0 * -inf = NaN`` there.
+    """
+    pos = x > 0
+    xs = jnp.where(pos, x, 1.0)
+    return jnp.where(pos, xs**p, 0.0)
+
+
+def safe_div(a: Array, b: Array) -> Array:
+    """``a / b`` where ``b != 0`` and 0 elsewhere, with finite gradients in both."""
+    nz = b != 0
+    return jnp.where(nz, a / jnp.where(nz, b, 1.0), 0.0)
+
+
+def smooth_relu(x: Array, width) -> Array:
+    """``width * softplus(x / width)``: a smooth ``max(0, x)`` with length scale ``width`` > 0.
+
+    Converges to ``max(0, x)`` uniformly as ``width -> 0`` (the largest gap, ``width * log 2``,
+    is at ``x = 0``) and is positive with a non-zero gradient for every ``x``.
+    """
+    return width * jax.nn.softplus(x / width)
+
+
+def lead(x: Array, ndim: int) -> Array:
+    """Prepend unit axes to ``x`` until it has ``ndim`` dimensions (explicit rank promotion)."""
+    x = jnp.asarray(x)
+    return x.reshape((1,) * (ndim - x.ndim) + x.shape) if x.ndim < ndim else x
+
+
+def align(*xs):
+    """Give every array the same rank by prepending unit axes (explicit broadcasting)."""
+    n = max(jnp.ndim(x) for x in xs)
+    return tuple(lead(x, n) for x in xs)
+
+
+def cross(a: Array, b: Array) -> Array:
+    """Cross product on the last axis, written out (cheaper than ``jnp.cross`` under XLA)."""
+    a, b = align(a, b)
+    ax, ay, az = a[..., 0], a[..., 1], a[..., 2]
+    bx, by, bz = b[..., 0], b[..., 1], b[..., 2]
+    return jnp.stack([ay * bz - az * by, az * bx - ax * bz, ax * by - ay * bx], axis=-1)
+
+
+def dot(a: Array, b: Array, keepdims: bool = False) -> Array:
+    """Dot product on the last axis."""
+    a, b = align(a, b)
+    return jnp.sum(a * b, axis=-1, keepdims=keepdims)

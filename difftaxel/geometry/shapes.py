@@ -1,0 +1,246 @@
+"""Analytic signed-distance shapes.
+
+Every shape is an immutable pytree (``jax.tree_util.register_dataclass``): its size parameters
+and its pose on the owning body, ``T_body_shape [7]`` (position m, quaternion x, y, z, w), are
+float leaves (differentiable); the index ``body`` of the owning body in :class:`~difftaxel.
+geometry.Bodies` is static.
+
+``shape.sdf_local(p)`` takes query points ``p [..., 3]`` in the **shape frame** (m) and returns
+``(sd [...], normal [..., 3])``: the exact signed distance (m, negative inside) and the unit
+outward normal (the normalised gradient of ``sd`` wherever it is differentiable). Where the
+gradient is undefined (a sphere's centre, a box's medial planes) the normal of one adjacent
+region is returned (the zero vector at a sphere's centre, as in Genesis).
+
+Sign convention: ``sd > 0`` outside, ``< 0`` inside, 0 on the surface.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import pose as _pose
+from .._numerics import lead, safe_norm, safe_normalize
+from .._pytree import pytree_dataclass, static_field
+from .._validate import check_last_dim, check_pose, check_positive
+
+Array = jax.Array
+
+__all__ = ["Shape", "Sphere", "Plane", "Box", "Capsule", "Cylinder"]
+
+
+def _identity_pose():
+    return np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+
+
+def _as_float(x):
+    if isinstance(x, jax.core.Tracer):
+        return x
+    return jnp.asarray(x, dtype=jnp.result_type(float))
+
+
+def _check_common(obj) -> None:
+    check_pose(obj.T_body_shape, f"{type(obj).__name__}.T_body_shape")
+    if not isinstance(obj.body, (int, np.integer)) or obj.body < 0:
+        raise ValueError(f"{type(obj).__name__}.body: expected an int >= 0, got {obj.body!r}")
+
+
+def _sign_nonzero(x: Array) -> Array:
+    return jnp.where(x >= 0, 1.0, -1.0).astype(x.dtype)
+
+
+class Shape:
+    """Base class of the analytic shapes (documentation and ``isinstance`` only)."""
+
+    T_body_shape: Array
+    body: int
+
+    def sdf_local(self, p: Array) -> tuple[Array, Array]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def aabb_local(self) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+@pytree_dataclass
+class Sphere(Shape):
+    """Sphere of ``radius`` (m) centred at the shape origin.
+
+    ``sd = |p| - radius``; normal ``p / max(|p|, eps)`` (zero at the centre).
+    """
+
+    radius: Array = 0.01
+    T_body_shape: Array = dataclasses.field(default_factory=_identity_pose)
+    body: int = static_field(0)
+
+    def __post_init__(self):
+        object.__setattr__(self, "radius", _as_float(self.radius))
+        object.__setattr__(self, "T_body_shape", _as_float(self.T_body_shape))
+        check_positive(self.radius, "Sphere.radius")
+        _check_common(self)
+
+    def sdf_local(self, p):
+        d = safe_norm(p)
+        return d - self.radius, safe_normalize(p)
+
+    def aabb_local(self):
+        r = float(self.radius)
+        return -np.full(3, r), np.full(3, r)
+
+
+@pytree_dataclass
+class Plane(Shape):
+    """Infinite half-space ``{p : normal . p <= 0}`` through the shape origin.
+
+    ``normal [3]`` (unit after construction) points out of the solid; ``sd = normal . p``.
+    Unlike Genesis's raycast slab, the half-space has no bottom.
+    """
+
+    normal: Array = dataclasses.field(default_factory=lambda: np.array([0.0, 0.0, 1.0]))
+    T_body_shape: Array = dataclasses.field(default_factory=_identity_pose)
+    body: int = static_field(0)
+
+    def __post_init__(self):
+        n = _as_float(self.normal)
+        check_last_dim(n, 3, "Plane.normal")
+        if not isinstance(n, jax.core.Tracer):
+            nn = float(np.linalg.norm(np.asarray(n)))
+            if not np.isfinite(nn) or nn < 1e-12:
+                raise ValueError(f"Plane.normal: expected a non-zero vector, got {np.asarray(n)}")
+            n = n / nn
+        object.__setattr__(self, "normal", n)
+        object.__setattr__(self, "T_body_shape", _as_float(self.T_body_shape))
+        _check_common(self)
+
+    def sdf_local(self, p):
+        n = jnp.broadcast_to(self.normal, p.shape).astype(p.dtype)
+        return jnp.sum(p * n, axis=-1), n
+
+    def aabb_local(self):
+        return -np.full(3, np.inf), np.full(3, np.inf)
+
+
+@pytree_dataclass
+class Box(Shape):
+    """Box of full edge lengths ``size [3]`` (m) centred at the shape origin, axis-aligned.
+
+    Exact SDF: ``|max(q, 0)| + min(max_k q_k, 0)`` with ``q = |p| - size/2``.
+    Inside, the normal is that of the nearest face (ties: lowest axis index).
+    """
+
+    size: Array = dataclasses.field(default_factory=lambda: np.array([0.1, 0.1, 0.1]))
+    T_body_shape: Array = dataclasses.field(default_factory=_identity_pose)
+    body: int = static_field(0)
+
+    def __post_init__(self):
+        s = _as_float(self.size)
+        check_last_dim(s, 3, "Box.size")
+        check_positive(s, "Box.size")
+        object.__setattr__(self, "size", s)
+        object.__setattr__(self, "T_body_shape", _as_float(self.T_body_shape))
+        _check_common(self)
+
+    def sdf_local(self, p):
+        h = lead(0.5 * self.size.astype(p.dtype), p.ndim)
+        sgn = _sign_nonzero(p)
+        q = jnp.abs(p) - h
+        qo = jnp.maximum(q, 0.0)
+        outside_d = safe_norm(qo)
+        qmax = jnp.max(q, axis=-1)
+        sd = outside_d + jnp.minimum(qmax, 0.0)
+        k = jnp.argmax(q, axis=-1)
+        n_in = jax.nn.one_hot(k, 3, dtype=p.dtype) * sgn
+        n_out = safe_normalize(qo * sgn)
+        outside = (qmax > 0)[..., None]
+        return sd, jnp.where(outside, n_out, n_in)
+
+    def aabb_local(self):
+        h = 0.5 * np.asarray(self.size, dtype=float)
+        return -h, h
+
+
+@pytree_dataclass
+class Capsule(Shape):
+    """Capsule: points within ``radius`` (m) of the segment ``z in [-length/2, length/2]``.
+
+    ``length`` (m) is the length of the axis segment (total extent ``length + 2 radius``).
+    """
+
+    radius: Array = 0.01
+    length: Array = 0.05
+    T_body_shape: Array = dataclasses.field(default_factory=_identity_pose)
+    body: int = static_field(0)
+
+    def __post_init__(self):
+        object.__setattr__(self, "radius", _as_float(self.radius))
+        object.__setattr__(self, "length", _as_float(self.length))
+        check_positive(self.radius, "Capsule.radius")
+        check_positive(self.length, "Capsule.length", allow_zero=True)
+        object.__setattr__(self, "T_body_shape", _as_float(self.T_body_shape))
+        _check_common(self)
+
+    def sdf_local(self, p):
+        hl = 0.5 * self.length
+        z = jnp.clip(p[..., 2], -hl, hl)
+        d = p - jnp.stack([jnp.zeros_like(z), jnp.zeros_like(z), z], axis=-1)
+        return safe_norm(d) - self.radius, safe_normalize(d)
+
+    def aabb_local(self):
+        r, hl = float(self.radius), 0.5 * float(self.length)
+        return -np.array([r, r, r + hl]), np.array([r, r, r + hl])
+
+
+@pytree_dataclass
+class Cylinder(Shape):
+    """Solid cylinder of ``radius`` (m) and ``height`` (m) along the shape's z axis, centred."""
+
+    radius: Array = 0.01
+    height: Array = 0.05
+    T_body_shape: Array = dataclasses.field(default_factory=_identity_pose)
+    body: int = static_field(0)
+
+    def __post_init__(self):
+        object.__setattr__(self, "radius", _as_float(self.radius))
+        object.__setattr__(self, "height", _as_float(self.height))
+        check_positive(self.radius, "Cylinder.radius")
+        check_positive(self.height, "Cylinder.height")
+        object.__setattr__(self, "T_body_shape", _as_float(self.T_body_shape))
+        _check_common(self)
+
+    def sdf_local(self, p):
+        pxy = p[..., :2]
+        rho = safe_norm(pxy)
+        dr = rho - self.radius
+        dz = jnp.abs(p[..., 2]) - 0.5 * self.height
+        dro, dzo = jnp.maximum(dr, 0.0), jnp.maximum(dz, 0.0)
+        sd = safe_norm(jnp.stack([dro, dzo], -1)) + jnp.minimum(jnp.maximum(dr, dz), 0.0)
+        rhat = safe_normalize(pxy)
+        zero = jnp.zeros_like(dr)
+        sz = _sign_nonzero(p[..., 2])
+        radial = jnp.concatenate([rhat, zero[..., None]], -1)
+        axial = jnp.stack([zero, zero, sz], -1)
+        n_out = safe_normalize(dro[..., None] * radial + dzo[..., None] * axial)
+        n_in = jnp.where((dr >= dz)[..., None], radial, axial)
+        outside = ((dr > 0) | (dz > 0))[..., None]
+        return sd, jnp.where(outside, n_out, n_in)
+
+    def aabb_local(self):
+        r, hh = float(self.radius), 0.5 * float(self.height)
+        return -np.array([r, r, hh]), np.array([r, r, hh])
+
+
+def shape_sdf_world(shape, T_world_body: Array, p_world: Array) -> tuple[Array, Array]:
+    """World signed distance ``[...]`` (m) and unit outward normal ``[..., 3]`` (world) of ``shape``.
+
+    Args:
+      shape: any shape with ``sdf_local`` and ``T_body_shape``.
+      T_world_body: pose ``[7]`` of the owning body (x, y, z, qx, qy, qz, qw).
+      p_world: query points ``[..., 3]`` in the world frame (m).
+    """
+    T_world_shape = _pose.compose(T_world_body, shape.T_body_shape.astype(T_world_body.dtype))
+    p_local = _pose.inverse_apply(T_world_shape, p_world)
+    sd, n_local = shape.sdf_local(p_local)
+    return sd, _pose.rotate(T_world_shape, n_local)

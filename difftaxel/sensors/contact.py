@@ -1,0 +1,490 @@
+"""Signed-distance contact sensors: ContactDepthProbe, ContactProbe, KinematicTaxel.
+
+Formulas, defaults and sign conventions follow Genesis World 1.4.5
+(``shared/reference/GENESIS_MODELS.md`` sections 4-6, 9.5); departures (geometric gating, no
+AABB pre-cull, smooth options) are listed in DESIGN.md and in each class's docstring.
+
+Common probe options (Genesis names):
+
+* ``probe_local_pos``: ``[N, 3]`` or a grid ``[ny, nx, 3]`` of probe centres (m, sensor link
+  frame). Outputs keep this layout; flattening is row-major.
+* ``probe_radius``: scalar or ``[N]`` (m). Penetration is ``probe_radius - sd``, so a probe
+  centred on a surface reads its full radius. ``0`` marks a filler probe (ContactProbe and
+  KinematicTaxel only): it reads exactly zero / False.
+* ``probe_radius_noise`` (m): the measured branch uses ``max(0, r + (2u - 1) noise)``, ``u``
+  uniform, fresh per probe and step.
+* ``probe_gain``: scalar or ``[N]``, > 0: measured depth (ContactDepthProbe, ContactProbe) or
+  measured penetration before the force model (KinematicTaxel) is multiplied by it.
+  ``probe_gain_resample_range=(lo, hi)`` redraws it ``U(lo, hi)`` per probe at every
+  ``init_state`` (a reset).
+* ``filter_link_idx``: indices of bodies (in :class:`~difftaxel.geometry.Bodies`) never queried.
+* ``contact_depth_query``: ``"sdf"`` (every shape's signed distance, max penetration over
+  shapes) or ``"raycast"`` (Genesis's nearest-surface semantics: the shape with the smallest
+  ``|sd|`` decides, and a probe farther than ``max(r_gt, r_m)`` from every surface reads 0,
+  so depth collapses to 0 once a probe centre is deeper than that; use
+  ``TriangleMesh(sign="face")`` shapes for Genesis's face-normal sign).
+* ``smoothing`` (m, default 0 = Genesis's exact semantics): replaces the onset clamp
+  ``max(0, x)`` by ``smoothing * softplus(x / smoothing)`` and every hard contact test by a
+  sigmoid of width ``smoothing``, so readings have gradients before contact (for calibration).
+  Readings converge to the exact ones as ``smoothing -> 0`` (largest gap ``smoothing * log 2``
+  in depth, at zero penetration).
+
+Gating: every body in ``inputs.bodies`` with ``inputs.body_mask`` True and not in
+``filter_link_idx`` is queried (Genesis only queries bodies its rigid solver reports in
+contact with the sensor link; pass that contact list as ``body_mask`` for exact parity).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import pose as _pose
+from .._numerics import cross, dot, safe_pow
+from .._numerics import eps as _eps
+from .._pytree import pytree_dataclass, static_field
+from ..geometry.bodies import point_velocity
+from .base import (
+    Reading,
+    SensorInputs,
+    TaxelReading,
+    check_inputs_trace,
+    clamp_depth,
+    noised_radius,
+    probe_world_positions,
+    step_gate,
+)
+
+Array = jax.Array
+
+__all__ = ["ContactDepthProbe", "ContactProbe", "KinematicTaxel", "ProbeState"]
+
+
+# ------------------------------------------------------------------------------- validation
+
+
+def _prepare_probes(cls_name, probe_local_pos, probe_radius, allow_filler):
+    pos = np.asarray(probe_local_pos, dtype=float)
+    if pos.ndim not in (2, 3) or pos.shape[-1] != 3 or pos.size == 0:
+        raise ValueError(
+            f"{cls_name}.probe_local_pos: expected shape (N, 3) or (ny, nx, 3), got {pos.shape}"
+        )
+    if not np.all(np.isfinite(pos)):
+        raise ValueError(f"{cls_name}.probe_local_pos: expected finite values")
+    layout = pos.shape[:-1]
+    flat = pos.reshape(-1, 3)
+    n = flat.shape[0]
+    r = np.asarray(probe_radius, dtype=float)
+    if r.ndim != 0 and r.shape not in ((n,), layout):
+        raise ValueError(
+            f"{cls_name}.probe_radius: expected a scalar or shape ({n},) or {layout}, got {r.shape}"
+        )
+    r = np.broadcast_to(r.reshape(-1) if r.ndim else r, (n,)).copy()
+    if not np.all(np.isfinite(r)) or np.any(r < 0):
+        raise ValueError(f"{cls_name}.probe_radius: expected values >= 0, got min {r.min()}")
+    if allow_filler:
+        if not np.any(r > 0):
+            raise ValueError(
+                f"{cls_name}.probe_radius: every probe is a filler (radius 0); at least one "
+                "probe needs a radius > 0"
+            )
+    elif np.any(r <= 0):
+        raise ValueError(
+            f"{cls_name}.probe_radius: expected > 0 for every probe (no fillers for this "
+            f"sensor), got min {r.min()}"
+        )
+    return flat, layout, r
+
+
+def _has_tracer(self) -> bool:
+    import dataclasses
+
+    return any(
+        isinstance(leaf, jax.core.Tracer)
+        for f in dataclasses.fields(self)
+        if not f.metadata.get("static", False)
+        for leaf in jax.tree_util.tree_leaves(getattr(self, f.name))
+    )
+
+
+def _prepare_common(self, allow_filler):
+    name = type(self).__name__
+    if _has_tracer(self):
+        raise TypeError(
+            f"{name}: options are validated on the host and cannot be traced values at "
+            "construction; build the sensor outside jit and use sensor.replace(option=value) "
+            "to trace or differentiate an option"
+        )
+    flat, layout, r = _prepare_probes(name, self.probe_local_pos, self.probe_radius, allow_filler)
+    n = flat.shape[0]
+    dt = jnp.result_type(float)
+    g = np.asarray(self.probe_gain, dtype=float)
+    if g.ndim != 0 and g.size != n:
+        raise ValueError(f"{name}.probe_gain: expected a scalar or {n} values, got shape {g.shape}")
+    g = np.broadcast_to(g.reshape(-1) if g.ndim else g, (n,)).copy()
+    if not np.all(np.isfinite(g)) or np.any(g <= 0):
+        raise ValueError(f"{name}.probe_gain: expected > 0, got min {g.min()}")
+    noise = float(self.probe_radius_noise)
+    if not np.isfinite(noise) or noise < 0:
+        raise ValueError(f"{name}.probe_radius_noise: expected >= 0, got {noise}")
+    rr = self.probe_gain_resample_range
+    if rr is not None:
+        rr = tuple(float(v) for v in rr)
+        if len(rr) != 2 or not (0 < rr[0] <= rr[1]):
+            raise ValueError(
+                f"{name}.probe_gain_resample_range: expected (lo, hi) with 0 < lo <= hi, got {rr}"
+            )
+    f = tuple(int(i) for i in self.filter_link_idx)
+    if any(i < 0 for i in f):
+        raise ValueError(f"{name}.filter_link_idx: expected body indices >= 0, got {f}")
+    if self.contact_depth_query not in ("sdf", "raycast"):
+        raise ValueError(
+            f"{name}.contact_depth_query: expected 'sdf' or 'raycast', "
+            f"got {self.contact_depth_query!r}"
+        )
+    sm = float(self.smoothing)
+    if not np.isfinite(sm) or sm < 0:
+        raise ValueError(f"{name}.smoothing: expected a length >= 0 (m), got {sm}")
+    object.__setattr__(self, "probe_local_pos", jnp.asarray(flat, dt))
+    object.__setattr__(self, "probe_radius", jnp.asarray(r, dt))
+    object.__setattr__(self, "probe_gain", jnp.asarray(g, dt))
+    object.__setattr__(self, "probe_radius_noise", jnp.asarray(noise, dt))
+    object.__setattr__(self, "layout", tuple(int(v) for v in layout))
+    object.__setattr__(self, "probe_gain_resample_range", rr)
+    object.__setattr__(self, "filter_link_idx", f)
+    object.__setattr__(self, "smoothing", sm)
+
+
+def _check_scalar(name, value, *, lo=None, lo_strict=False):
+    v = float(np.asarray(value))
+    if not np.isfinite(v) or (lo is not None and (v <= lo if lo_strict else v < lo)):
+        rel = ">" if lo_strict else ">="
+        raise ValueError(f"{name}: expected a finite value {rel} {lo}, got {value!r}")
+    return jnp.asarray(v, jnp.result_type(float))
+
+
+# ------------------------------------------------------------------------------- state
+
+
+@pytree_dataclass
+class ProbeState:
+    """Per-episode state of a probe sensor (one environment).
+
+    Attributes:
+      probe_gain: ``[N]`` gain in force this episode (drawn at reset if resampled).
+      latch_measured: ``[N]`` Schmitt latch of the measured branch (ContactProbe; 0/1, or
+        in [0, 1] with smoothing).
+      latch_ground_truth: ``[N]`` Schmitt latch of the ground-truth branch.
+    """
+
+    probe_gain: Array
+    latch_measured: Array
+    latch_ground_truth: Array
+
+
+def _init_probe_state(sensor, key) -> ProbeState:
+    g = sensor.probe_gain
+    if sensor.probe_gain_resample_range is not None:
+        if key is None:
+            raise ValueError(
+                f"key: {type(sensor).__name__}.init_state needs a PRNG key to resample probe_gain"
+            )
+        lo, hi = sensor.probe_gain_resample_range
+        g = jax.random.uniform(key, g.shape, g.dtype, lo, hi)
+    z = jnp.zeros_like(g)
+    return ProbeState(probe_gain=g, latch_measured=z, latch_ground_truth=z)
+
+
+# ------------------------------------------------------------------------------- kernels
+
+
+def _effective_mask(sensor, inputs: SensorInputs) -> Array:
+    m = jnp.asarray(inputs.body_mask, bool)
+    if sensor.filter_link_idx:
+        B = m.shape[0]
+        keep = np.ones(B, bool)
+        for i in sensor.filter_link_idx:
+            if i < B:
+                keep[i] = False
+        m = m & jnp.asarray(keep)
+    return m
+
+
+def _query(sensor, inputs: SensorInputs):
+    """World probe positions ``[N, 3]`` and the per-shape query ``[S, N]``."""
+    check_inputs_trace(inputs)
+    T = inputs.T_world_link
+    pos = sensor.probe_local_pos.astype(T.dtype)
+    p_world = probe_world_positions(T, pos)
+    q = inputs.bodies.query(p_world, _effective_mask(sensor, inputs))
+    return p_world, q
+
+
+def _winner(sensor, q, radius):
+    """Winning shape per probe for one branch of radius ``radius [N]``.
+
+    Returns ``(pen_raw [N], k [N] int, valid [N] bool)``: the largest ``r - sd`` over shapes,
+    its shape index and whether any shape was queryable. ``"raycast"`` mode replaces the
+    per-shape penetration by that of the nearest surface (smallest ``|sd|``), with the
+    distance capped at ``radius`` (Genesis's query radius).
+    """
+    sd, mask = q.sd, q.mask
+    if sensor.contact_depth_query == "raycast":
+        absd = jnp.where(mask, jnp.abs(sd), jnp.inf)
+        k = jnp.argmin(absd, axis=0)
+        sdk = jnp.take_along_axis(sd, k[None], 0)[0]
+        dk = jnp.take_along_axis(absd, k[None], 0)[0]
+        sdk = jnp.where(dk > radius, radius, sdk)
+        valid = jnp.any(mask, axis=0)
+        return radius - sdk, k, valid
+    pen_s = jnp.where(mask, radius[None] - sd, -jnp.inf)
+    k = jnp.argmax(pen_s, axis=0)
+    pen = jnp.take_along_axis(pen_s, k[None], 0)[0]
+    valid = jnp.any(mask, axis=0)
+    return jnp.where(valid, pen, -1.0), k, valid
+
+
+def _depth_branch(sensor, q, radius, active):
+    pen_raw, _, valid = _winner(sensor, q, radius)
+    d = clamp_depth(pen_raw, sensor.smoothing)
+    return jnp.where(valid & active, d, 0.0)
+
+
+# ------------------------------------------------------------------------------- sensors
+
+
+@pytree_dataclass
+class ContactDepthProbe:
+    """Penetration depth per probe (m): ``max(0, probe_radius - min_g sd_g(p))``.
+
+    Genesis 1.4.5 ``ContactDepthProbe``: radius must be > 0 (no fillers). The measured branch
+    uses the noised radius and multiplies by ``probe_gain``; the ground truth uses neither.
+
+    ``step`` returns ``Reading(measured [*layout], ground_truth [*layout])`` (m).
+    """
+
+    probe_local_pos: Array = ((0.0, 0.0, 0.0),)
+    probe_radius: Array = 0.01
+    probe_radius_noise: Array = 0.0
+    probe_gain: Array = 1.0
+    probe_gain_resample_range: tuple | None = static_field(None)
+    filter_link_idx: tuple = static_field(())
+    contact_depth_query: str = static_field("sdf")
+    smoothing: float = static_field(0.0)
+    layout: tuple = static_field(())
+
+    def __post_init__(self):
+        _prepare_common(self, allow_filler=False)
+
+    @property
+    def n_probes(self) -> int:
+        return self.probe_local_pos.shape[0]
+
+    def init_state(self, key=None) -> ProbeState:
+        """Per-episode state: gains (resampled from ``key`` if configured), zero latches."""
+        return _init_probe_state(self, key)
+
+    def depths(self, state: ProbeState, inputs: SensorInputs, key=None):
+        """Flat ``(measured [N], ground_truth [N])`` depths (m) before any latch."""
+        _, q = _query(self, inputs)
+        r = self.probe_radius.astype(inputs.T_world_link.dtype)
+        active = r > 0
+        gt = _depth_branch(self, q, r, active)
+        r_m = noised_radius(r, self.probe_radius_noise, key)
+        m = _depth_branch(self, q, r_m, active) * state.probe_gain
+        return m, gt
+
+    def step(self, state: ProbeState, inputs: SensorInputs, key=None):
+        """One reading. ``key`` drives the radius noise (None: no noise draw)."""
+        m, gt = self.depths(state, inputs, key)
+        return state, Reading(m.reshape(self.layout), gt.reshape(self.layout))
+
+
+@pytree_dataclass
+class ContactProbe:
+    """Contact flag per probe with a Schmitt trigger on the penetration depth.
+
+    ``latched_k = (d_k > contact_threshold) or (latched_{k-1} and d_k > release_threshold)``,
+    strict comparisons, separately for the measured and ground-truth branches (Genesis 1.4.5;
+    ``release_threshold=None`` means equal to ``contact_threshold``, i.e. a plain threshold;
+    it may be negative). Fillers (radius 0) read False.
+
+    With ``smoothing > 0`` the comparisons become sigmoids of width ``smoothing`` and the flags
+    soft values in [0, 1] (float); otherwise ``step`` returns bool ``[*layout]`` arrays.
+    """
+
+    probe_local_pos: Array = ((0.0, 0.0, 0.0),)
+    probe_radius: Array = 0.01
+    probe_radius_noise: Array = 0.0
+    probe_gain: Array = 1.0
+    contact_threshold: Array = 1e-4
+    release_threshold: Array | None = None
+    probe_gain_resample_range: tuple | None = static_field(None)
+    filter_link_idx: tuple = static_field(())
+    contact_depth_query: str = static_field("sdf")
+    smoothing: float = static_field(0.0)
+    layout: tuple = static_field(())
+
+    def __post_init__(self):
+        _prepare_common(self, allow_filler=True)
+        ct = _check_scalar("ContactProbe.contact_threshold", self.contact_threshold)
+        rt = (
+            ct
+            if self.release_threshold is None
+            else _check_scalar("ContactProbe.release_threshold", self.release_threshold)
+        )
+        if float(rt) > float(ct):
+            raise ValueError(
+                f"ContactProbe.release_threshold: expected <= contact_threshold ({float(ct)}), "
+                f"got {float(rt)}"
+            )
+        object.__setattr__(self, "contact_threshold", ct)
+        object.__setattr__(self, "release_threshold", rt)
+
+    n_probes = ContactDepthProbe.n_probes
+    init_state = ContactDepthProbe.init_state
+    depths = ContactDepthProbe.depths
+
+    def _latch(self, d, prev, active):
+        on = step_gate(d, self.smoothing, self.contact_threshold)
+        hold = step_gate(d, self.smoothing, self.release_threshold)
+        new = on + (1.0 - on) * prev * hold  # = on OR (prev AND hold) for 0/1 values
+        return jnp.where(active, new, 0.0)
+
+    def step(self, state: ProbeState, inputs: SensorInputs, key=None):
+        """One reading; returns the new latches in the state."""
+        m, gt = self.depths(state, inputs, key)
+        active = self.probe_radius > 0
+        lm = self._latch(m, state.latch_measured, active)
+        lg = self._latch(gt, state.latch_ground_truth, active)
+        state = ProbeState(state.probe_gain, lm, lg)
+        if self.smoothing > 0:
+            out_m, out_g = lm, lg
+        else:
+            out_m, out_g = lm > 0.5, lg > 0.5
+        return state, Reading(out_m.reshape(self.layout), out_g.reshape(self.layout))
+
+
+@pytree_dataclass
+class KinematicTaxel:
+    """Spring-damper force and torque per probe (Genesis 1.4.5 ``KinematicTaxel``).
+
+    Per probe at link-frame position ``p_L`` and world position ``p``, with penetration
+    ``pen = max_g (r - sd_g(p))`` (> eps, else the taxel reads exactly 0), the winning shape's
+    outward unit normal ``n`` (world), ``R`` the link rotation and ``n_L = R^T n``:
+
+    * ``s = pen ** normal_exponent``;
+    * relative velocity of the object's material point minus the sensor's at ``p``:
+      ``v_L = R^T (v_obj(p) - v_link(p))``, ``v_n = v_L . n_L``, ``v_t = v_L - v_n n_L``;
+    * ``F_L = normal_stiffness s n_L + normal_damping s v_n n_L - shear_scalar v_t`` (N);
+    * ``T_L = p_L x F_L - twist_scalar ((w_obj - w_link) . n) n_L`` (N*m, about the link origin).
+
+    ``n`` points out of the touched object toward the probe, so the normal force pushes into the
+    sensor. Shear and twist terms are not scaled by ``s`` and switch on at contact onset; with
+    ``smoothing > 0`` they are weighted by ``sigmoid(pen_raw / smoothing)`` and ``pen`` by the
+    softplus clamp. The measured branch uses the noised radius with its own winning shape and
+    ``pen * probe_gain`` (so stiffness/damping parts scale like ``gain ** normal_exponent``).
+
+    ``step`` returns ``Reading(TaxelReading, TaxelReading)``: force and torque ``[*layout, 3]``
+    in the sensor link frame.
+    """
+
+    probe_local_pos: Array = ((0.0, 0.0, 0.0),)
+    probe_radius: Array = 0.01
+    probe_radius_noise: Array = 0.0
+    probe_gain: Array = 1.0
+    normal_stiffness: Array = 1000.0
+    normal_damping: Array = 1.0
+    normal_exponent: Array = 1.0
+    shear_scalar: Array = 1.0
+    twist_scalar: Array = 1.0
+    probe_gain_resample_range: tuple | None = static_field(None)
+    filter_link_idx: tuple = static_field(())
+    contact_depth_query: str = static_field("sdf")
+    smoothing: float = static_field(0.0)
+    layout: tuple = static_field(())
+
+    def __post_init__(self):
+        _prepare_common(self, allow_filler=True)
+        n = "KinematicTaxel"
+        object.__setattr__(
+            self,
+            "normal_stiffness",
+            _check_scalar(f"{n}.normal_stiffness", self.normal_stiffness, lo=0),
+        )
+        object.__setattr__(
+            self, "normal_damping", _check_scalar(f"{n}.normal_damping", self.normal_damping, lo=0)
+        )
+        object.__setattr__(
+            self,
+            "normal_exponent",
+            _check_scalar(f"{n}.normal_exponent", self.normal_exponent, lo=1),
+        )
+        object.__setattr__(
+            self, "shear_scalar", _check_scalar(f"{n}.shear_scalar", self.shear_scalar, lo=0)
+        )
+        object.__setattr__(
+            self, "twist_scalar", _check_scalar(f"{n}.twist_scalar", self.twist_scalar, lo=0)
+        )
+
+    n_probes = ContactDepthProbe.n_probes
+    init_state = ContactDepthProbe.init_state
+
+    def _branch(self, q, p_world, radius, gain, inputs):
+        dtype = p_world.dtype
+        pen_raw, k, valid = _winner(self, q, radius)
+        active = (radius > 0) & valid
+        if self.smoothing > 0:
+            pen = clamp_depth(pen_raw, self.smoothing)
+            gate = step_gate(pen_raw, self.smoothing, 0.0)
+        else:
+            contact = pen_raw > _eps(dtype)
+            pen = jnp.where(contact, pen_raw, 0.0)
+            gate = contact.astype(dtype)
+        gate = jnp.where(active, gate, 0.0)
+        pen = jnp.where(active, pen, 0.0) * gain
+        n_world = jnp.take_along_axis(q.normal, k[None, :, None], 0)[0]
+        bodies = inputs.bodies
+        body = jnp.asarray(bodies.shape_bodies)[k]
+        T = inputs.T_world_link
+        # velocities at the probe (world): object material point minus sensor's
+        v_obj = point_velocity(
+            bodies.twists[body].astype(dtype), bodies.poses[body, :3].astype(dtype), p_world
+        )
+        v_link = point_velocity(inputs.twist_link[None], T[None, :3], p_world)
+        q_link = T[None, 3:]
+        n_L = _pose.quat_rotate(_pose.quat_conjugate(q_link), n_world)
+        v_L = _pose.quat_rotate(_pose.quat_conjugate(q_link), v_obj - v_link)
+        v_n = dot(v_L, n_L, keepdims=True)
+        v_t = v_L - v_n * n_L
+        s = safe_pow(pen, self.normal_exponent)[:, None]
+        F = (
+            self.normal_stiffness * s * n_L
+            + self.normal_damping * s * v_n * n_L
+            - self.shear_scalar * gate[:, None] * v_t
+        )
+        w_rel = bodies.twists[body, 3:].astype(dtype) - inputs.twist_link[None, 3:]
+        w_n = dot(w_rel, n_world, keepdims=True)
+        Tq = cross(self.probe_local_pos.astype(dtype), F) - (
+            self.twist_scalar * gate[:, None] * w_n * n_L
+        )
+        return F, Tq
+
+    def forces(self, state: ProbeState, inputs: SensorInputs, key=None):
+        """Flat ``(measured, ground_truth)`` :class:`TaxelReading` with ``[N, 3]`` arrays."""
+        p_world, q = _query(self, inputs)
+        r = self.probe_radius.astype(p_world.dtype)
+        F_g, T_g = self._branch(q, p_world, r, 1.0, inputs)
+        r_m = noised_radius(r, self.probe_radius_noise, key)
+        F_m, T_m = self._branch(q, p_world, r_m, state.probe_gain, inputs)
+        return TaxelReading(F_m, T_m), TaxelReading(F_g, T_g)
+
+    def step(self, state: ProbeState, inputs: SensorInputs, key=None):
+        """One reading: force (N) and torque (N*m), ``[*layout, 3]``, sensor link frame."""
+        m, g = self.forces(state, inputs, key)
+        shp = self.layout + (3,)
+        return state, Reading(
+            TaxelReading(m.force.reshape(shp), m.torque.reshape(shp)),
+            TaxelReading(g.force.reshape(shp), g.torque.reshape(shp)),
+        )

@@ -1,0 +1,155 @@
+"""Test harness helpers shared by difftaxel's tests (and usable by downstream projects).
+
+* :func:`assert_jit_matches_eager` - ``jax.jit(f)(*args) == f(*args)``;
+* :func:`assert_vmap_matches_loop` - ``jax.vmap(f)`` over a batch equals a Python loop;
+* :func:`check_grad_fd` - reverse-mode gradient of a scalar function against float64 central
+  finite differences along random directions (and every coordinate for small inputs);
+* :func:`assert_no_recompile` - a jitted function does not recompile on a second call;
+* :data:`TOLERANCES` - the tolerance table per dtype.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+__all__ = [
+    "TOLERANCES",
+    "tolerance",
+    "assert_trees_close",
+    "assert_jit_matches_eager",
+    "assert_vmap_matches_loop",
+    "check_grad_fd",
+    "assert_no_recompile",
+    "assert_finite_tree",
+]
+
+#: (rtol, atol) by dtype name for comparisons of a computation with itself reordered.
+TOLERANCES = {
+    "float64": (1e-10, 1e-12),
+    "float32": (2e-5, 1e-6),
+    "float16": (2e-2, 1e-3),
+    "bfloat16": (5e-2, 1e-2),
+}
+
+
+def tolerance(dtype) -> tuple[float, float]:
+    """``(rtol, atol)`` for ``dtype`` from :data:`TOLERANCES`."""
+    return TOLERANCES[jnp.dtype(dtype).name]
+
+
+def _leaves(tree):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+
+
+def assert_trees_close(a, b, rtol=None, atol=None, err_msg=""):
+    """Every leaf of ``a`` equals the matching leaf of ``b`` within tolerances (same structure)."""
+    sa, sb = jax.tree_util.tree_structure(a), jax.tree_util.tree_structure(b)
+    assert sa == sb, f"tree structures differ: {sa} vs {sb} {err_msg}"
+    for x, y in zip(_leaves(a), _leaves(b), strict=False):
+        assert x.shape == y.shape, f"shapes differ: {x.shape} vs {y.shape} {err_msg}"
+        if x.dtype == bool or np.issubdtype(x.dtype, np.integer):
+            np.testing.assert_array_equal(x, y, err_msg=err_msg)
+            continue
+        r, t = tolerance(x.dtype) if x.dtype.name in TOLERANCES else (1e-6, 1e-8)
+        np.testing.assert_allclose(
+            x,
+            y,
+            rtol=r if rtol is None else rtol,
+            atol=t if atol is None else atol,
+            err_msg=err_msg,
+        )
+
+
+def assert_finite_tree(tree, err_msg=""):
+    """No NaN or inf in any float leaf."""
+    for x in _leaves(tree):
+        if np.issubdtype(x.dtype, np.floating):
+            assert np.all(np.isfinite(x)), f"non-finite values {err_msg}"
+
+
+def assert_jit_matches_eager(f, *args, rtol=None, atol=None):
+    """``jax.jit(f)(*args)`` equals ``f(*args)``; returns the jitted result."""
+    eager = f(*args)
+    jitted = jax.jit(f)(*args)
+    assert_trees_close(jitted, eager, rtol, atol, "jit vs eager")
+    return jitted
+
+
+def assert_vmap_matches_loop(f, batched_args, in_axes=0, rtol=None, atol=None):
+    """``jax.vmap(f, in_axes)(*batched_args)`` equals stacking ``f`` over the batch axis."""
+    out = jax.vmap(f, in_axes=in_axes)(*batched_args)
+    axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(batched_args)
+    sizes = [
+        jax.tree_util.tree_leaves(a)[0].shape[ax]
+        for a, ax in zip(batched_args, axes, strict=False)
+        if ax is not None
+    ]
+    n = sizes[0]
+    results = []
+    for i in range(n):
+        args_i = [
+            a if ax is None else jax.tree_util.tree_map(lambda x, i=i, ax=ax: jnp.take(x, i, ax), a)
+            for a, ax in zip(batched_args, axes, strict=False)
+        ]
+        results.append(f(*args_i))
+    looped = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *results)
+    assert_trees_close(out, looped, rtol, atol, "vmap vs loop")
+    return out
+
+
+def check_grad_fd(
+    f,
+    x,
+    *,
+    step: float = 1e-6,
+    rtol: float = 1e-4,
+    atol: float = 1e-9,
+    n_directions: int = 3,
+    seed: int = 0,
+    coordinates: bool | None = None,
+):
+    """Compare ``jax.grad(f)(x)`` with float64 central finite differences.
+
+    ``f`` maps a pytree of float64 arrays to a scalar. Directional derivatives
+    ``(f(x + h d) - f(x - h d)) / 2h`` are compared with ``<grad, d>`` along ``n_directions``
+    random unit directions and, for inputs with at most 24 scalars (or ``coordinates=True``),
+    along every coordinate. Also checks the gradient is finite. Requires x64 enabled.
+
+    Returns the gradient.
+    """
+    if not jax.config.jax_enable_x64:
+        raise RuntimeError("check_grad_fd needs jax_enable_x64 (float64 finite differences)")
+    x = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float64), x)
+    g = jax.grad(f)(x)
+    assert_finite_tree(g, "in the gradient")
+    flat_x, unravel = ravel_pytree(x)
+    flat_g, _ = ravel_pytree(g)
+    n = flat_x.size
+    rng = np.random.default_rng(seed)
+    dirs = [d / np.linalg.norm(d) for d in rng.standard_normal((n_directions, n))]
+    if coordinates or (coordinates is None and n <= 24):
+        dirs += list(np.eye(n))
+    fx = lambda v: float(f(unravel(v)))  # noqa: E731
+    for d in dirs:
+        d = jnp.asarray(d)
+        fd = (fx(flat_x + step * d) - fx(flat_x - step * d)) / (2 * step)
+        ad = float(jnp.dot(flat_g, d))
+        assert abs(fd - ad) <= atol + rtol * max(abs(fd), abs(ad)), (
+            f"gradient mismatch along a direction: autodiff {ad:.10g} vs finite differences "
+            f"{fd:.10g}"
+        )
+    return g
+
+
+def assert_no_recompile(jitted, *calls):
+    """Call ``jitted`` with each argument tuple in ``calls``; it must compile at most once.
+
+    ``jitted`` must be a ``jax.jit`` function; uses its cache size.
+    """
+    for args in calls:
+        jax.block_until_ready(jitted(*args))
+    size = jitted._cache_size()
+    assert size == 1, f"expected one compilation, got {size}"

@@ -1,0 +1,260 @@
+"""Signed-distance shapes, grid SDFs, triangle meshes, bodies and surface sampling."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import trimesh
+
+from difftaxel import pose as P
+from difftaxel.geometry import (
+    Bodies,
+    Box,
+    Capsule,
+    Cylinder,
+    GridSDF,
+    Plane,
+    Sphere,
+    TriangleMesh,
+    genesis_grid_spec,
+    sample_surface_points,
+    shape_sdf_world,
+)
+from difftaxel.testing import assert_jit_matches_eager, assert_vmap_matches_loop, check_grad_fd
+
+RNG = np.random.default_rng(0)
+
+
+def test_closed_form_values():
+    s = Sphere(radius=0.5)
+    sd, n = s.sdf_local(jnp.array([[0.0, 0, 2.0], [0.1, 0, 0], [0, 0, 0]]))
+    np.testing.assert_allclose(sd, [1.5, -0.4, -0.5])
+    np.testing.assert_allclose(n[:2], [[0, 0, 1], [1, 0, 0]])
+    np.testing.assert_array_equal(n[2], [0, 0, 0])  # centre: zero normal (Genesis)
+
+    b = Box(size=[2.0, 4.0, 6.0])
+    pts = jnp.array([[2.0, 0, 0], [0, 0, 0], [2.0, 3.0, 0], [0.5, 1.9, 0], [2.0, 3.0, 4.0]])
+    sd, n = b.sdf_local(pts)
+    np.testing.assert_allclose(sd, [1.0, -1.0, np.sqrt(2.0), -0.1, np.sqrt(3.0)])
+    np.testing.assert_allclose(n[0], [1, 0, 0])
+    np.testing.assert_allclose(n[2], [np.sqrt(0.5), np.sqrt(0.5), 0])
+    np.testing.assert_allclose(n[3], [0, 1, 0])
+
+    pl = Plane(normal=[0.0, 0.0, 2.0])
+    sd, n = pl.sdf_local(jnp.array([[3.0, 1.0, -0.25]]))
+    np.testing.assert_allclose(sd, [-0.25])
+    np.testing.assert_allclose(n, [[0, 0, 1]])
+
+    c = Capsule(radius=0.5, length=2.0)
+    sd, n = c.sdf_local(jnp.array([[0.0, 0, 3.0], [1.0, 0, 0.3], [0, 0.2, 0]]))
+    np.testing.assert_allclose(sd, [1.5, 0.5, -0.3])
+    np.testing.assert_allclose(n[1], [1, 0, 0])
+
+    cy = Cylinder(radius=1.0, height=2.0)
+    sd, n = cy.sdf_local(jnp.array([[2.0, 0, 0], [0, 0, 3.0], [2.0, 0, 2.0], [0.0, 0.5, 0.9]]))
+    np.testing.assert_allclose(sd, [1.0, 2.0, np.sqrt(2.0), -0.1])
+    np.testing.assert_allclose(n[2], [np.sqrt(0.5), 0, np.sqrt(0.5)])
+    np.testing.assert_allclose(n[3], [0, 0, 1])
+
+
+def test_world_pose_and_shape_offset():
+    s = Sphere(radius=0.1, T_body_shape=[0.0, 0, 0.5, 0, 0, 0, 1])
+    q = P.quat_from_axis_angle(jnp.array([1.0, 0, 0]), np.pi / 2)
+    T_wb = P.make_pose(jnp.array([1.0, 0, 0]), q)  # shape centre at (1, -0.5, 0)
+    sd, n = shape_sdf_world(s, T_wb, jnp.array([[1.0, -0.5, 1.0]]))
+    np.testing.assert_allclose(sd, [0.9], atol=1e-14)
+    np.testing.assert_allclose(n, [[0, 0, 1]], atol=1e-14)
+
+
+SHAPES = {
+    "sphere": (Sphere(radius=0.3), lambda: trimesh.creation.icosphere(5, 0.3), 2e-3),
+    "box": (Box(size=[0.4, 0.6, 0.2]), lambda: trimesh.creation.box([0.4, 0.6, 0.2]), 1e-12),
+    "capsule": (
+        Capsule(radius=0.2, length=0.4),
+        lambda: trimesh.creation.capsule(0.4, 0.2, count=[64, 64]),
+        2e-3,
+    ),
+    "cylinder": (
+        Cylinder(radius=0.25, height=0.5),
+        lambda: trimesh.creation.cylinder(0.25, 0.5, sections=256),
+        1e-4,
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(SHAPES))
+def test_shape_against_tessellated_mesh(kind):
+    shape, make_mesh, tol = SHAPES[kind]
+    mesh = make_mesh()
+    tm = TriangleMesh.from_trimesh(mesh)
+    pts = jnp.asarray(RNG.uniform(-0.6, 0.6, (200, 3)))
+    sd_a, n_a = shape.sdf_local(pts)
+    sd_m, n_m = tm.sdf_local(pts)
+    np.testing.assert_allclose(sd_m, sd_a, atol=tol)
+    # away from the medial axis the normals agree too
+    cos = np.sum(np.asarray(n_a) * np.asarray(n_m), -1)
+    assert np.median(cos) > 0.999
+    # trimesh's own (positive-inside) signed distance agrees with our winding sign
+    ref = -trimesh.proximity.signed_distance(mesh, np.asarray(pts))
+    np.testing.assert_allclose(sd_m, ref, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", list(SHAPES) + ["plane"])
+def test_normal_is_normalized_gradient(kind):
+    shape = Plane(normal=[0.2, -0.3, 1.0]) if kind == "plane" else SHAPES[kind][0]
+    pts = jnp.asarray(RNG.uniform(-0.6, 0.6, (64, 3)))
+    g = jax.vmap(jax.grad(lambda p: shape.sdf_local(p)[0]))(pts)
+    _, n = shape.sdf_local(pts)
+    np.testing.assert_allclose(n, g / np.linalg.norm(g, axis=-1, keepdims=True), atol=1e-10)
+
+
+@pytest.mark.parametrize("kind", list(SHAPES))
+def test_gradients_point_params_pose(kind):
+    shape = SHAPES[kind][0]
+    p = jnp.array([0.31, -0.27, 0.22])
+    T = jnp.asarray(np.r_[0.05, -0.02, 0.01, P.quat_from_axis_angle(jnp.array([0.0, 1, 0]), 0.4)])
+
+    def f(args):
+        sh, T_, pp = args
+        sd, n = shape_sdf_world(sh, T_, pp)
+        return sd + 0.3 * jnp.sum(n * jnp.array([1.0, 2.0, 3.0]))
+
+    check_grad_fd(f, (shape, T, p), rtol=1e-5)
+
+
+def test_triangle_mesh_face_sign_and_bad_input():
+    mesh = trimesh.creation.box([1.0, 1.0, 1.0])
+    tm = TriangleMesh.from_trimesh(mesh, sign="face")
+    sd, _ = tm.sdf_local(jnp.array([[0.0, 0, 0.4], [0, 0, 0.6]]))
+    np.testing.assert_allclose(sd, [-0.1, 0.1], atol=1e-14)
+    open_mesh = trimesh.Trimesh(mesh.vertices, mesh.faces[:-1])
+    with pytest.raises(ValueError, match="faces: the mesh is not watertight"):
+        TriangleMesh.from_trimesh(open_mesh)
+    with pytest.raises(ValueError, match="TriangleMesh.triangles"):
+        TriangleMesh(triangles=np.zeros((3, 3)))
+
+
+def test_triangle_mesh_chunking_large():
+    mesh = trimesh.creation.icosphere(5, 0.3)  # 10240 faces
+    assert len(mesh.faces) > 10000
+    tm = TriangleMesh.from_trimesh(mesh, point_chunk=128, face_chunk=512)
+    pts = jnp.asarray(RNG.uniform(-0.5, 0.5, (300, 3)))
+    sd, _ = jax.jit(tm.sdf_local)(pts)
+    np.testing.assert_allclose(sd, np.linalg.norm(pts, axis=-1) - 0.3, atol=2e-3)
+
+
+def test_grid_from_box_within_half_cell():
+    box = Box(size=[0.04, 0.04, 0.01])
+    g = GridSDF.from_shape(box)
+    assert g.values.shape == (32, 32, 32)
+    cell = 1.0 / np.asarray(g.scale)
+    lo, hi = g.aabb_local()
+    pts = jnp.asarray(RNG.uniform(lo, hi, (500, 3)))  # inside the grid box
+    sd_g, _ = g.sdf_local(pts)
+    sd_a, _ = box.sdf_local(pts)
+    assert np.max(np.abs(np.asarray(sd_g) - np.asarray(sd_a))) <= 0.5 * cell.max()
+    # genesis out-of-grid proxy: larger than any in-grid value, continuous rule: Lipschitz
+    gg = GridSDF.from_shape(box, out_of_grid="genesis")
+    far = jnp.array([[1.0, 0, 0]])
+    assert float(gg.sdf_local(far)[0][0]) > float(jnp.max(gg.values))
+    np.testing.assert_allclose(g.sdf_local(far)[0], box.sdf_local(far)[0], rtol=1e-2)
+
+
+def test_grid_genesis_spec_primitive():
+    n, cell, origin = genesis_grid_spec([-0.02, -0.02, -0.005], [0.02, 0.02, 0.005], primitive=True)
+    np.testing.assert_array_equal(n, [32, 32, 32])
+    G = np.array([0.04, 0.04, 0.01]) + 0.2 * 0.04
+    np.testing.assert_allclose(cell, G / 31 + 2.220446049250313e-16)
+
+
+def test_grid_from_real_mesh(shared_dir):
+    path = shared_dir / "data" / "meshes" / "ycb" / "YcbTennisBall_collision_vhacd.obj"
+    if not path.exists():
+        pytest.skip("YCB mesh absent")
+    mesh = trimesh.load(path, force="mesh")
+    if not mesh.is_watertight:
+        mesh = mesh.convex_hull
+    g = GridSDF.from_trimesh(mesh, cell_size=0.004)
+    tm = TriangleMesh.from_trimesh(mesh)
+    lo, hi = mesh.bounds
+    pts = jnp.asarray(RNG.uniform(lo, hi, (300, 3)))
+    err = np.abs(np.asarray(g.sdf_local(pts)[0]) - np.asarray(tm.sdf_local(pts)[0]))
+    assert err.max() <= 0.5 * (1.0 / np.asarray(g.scale)).max()
+
+
+def test_grid_gradient_and_jit():
+    g = GridSDF.from_shape(Sphere(radius=0.02))
+    p = jnp.array([0.011, -0.004, 0.007])
+    check_grad_fd(lambda q: g.sdf_local(q)[0], p, rtol=1e-5)
+    assert_jit_matches_eager(g.sdf_local, jnp.asarray(RNG.uniform(-0.05, 0.05, (20, 3))))
+
+
+def test_bodies_query_and_velocity():
+    shapes = (
+        Sphere(radius=0.1, body=0),
+        Box(size=[1.0, 1.0, 0.2], body=1),
+        Plane(body=2, T_body_shape=[0, 0, -1.0, 0, 0, 0, 1]),
+    )
+    poses = np.array([[0, 0, 1.0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 0, 1.0]])
+    twists = np.array([[1.0, 0, 0, 0, 0, 2.0], [0] * 6, [0] * 6])
+    b = Bodies(shapes, poses, twists)
+    pts = jnp.array([[0.0, 0, 1.15], [0.0, 0, 0.0], [5.0, 0, -1.5]])
+    sd, n, body = b.signed_distance(pts)
+    np.testing.assert_allclose(sd, [0.05, -0.1, -0.5])
+    np.testing.assert_array_equal(body, [0, 1, 2])
+    v = b.velocity_at(jnp.array([0, 0]), jnp.array([[0.0, 0, 1.0], [1.0, 0, 1.0]]))
+    np.testing.assert_allclose(v, [[1, 0, 0], [1, 2, 0]])
+    sd_m, _, _ = b.signed_distance(pts, body_mask=jnp.array([False, True, True]))
+    np.testing.assert_allclose(sd_m[0], 1.15 - 0.1)
+
+    def f(poses):
+        return b.with_state(poses).signed_distance(pts)[0]
+
+    assert_vmap_matches_loop(f, (jnp.stack([b.poses, b.poses.at[:, 2].add(0.1)]),))
+
+
+def test_bad_input_messages():
+    with pytest.raises(ValueError, match="Sphere.radius"):
+        Sphere(radius=-0.1)
+    with pytest.raises(ValueError, match="Box.size"):
+        Box(size=[0.1, -0.1, 0.1])
+    with pytest.raises(ValueError, match=r"Box.size: expected shape \(\.\.\., 3\)"):
+        Box(size=[0.1, 0.1])
+    with pytest.raises(ValueError, match="Plane.normal: expected a non-zero"):
+        Plane(normal=[0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="Capsule.radius"):
+        Capsule(radius=0.0)
+    with pytest.raises(ValueError, match="Cylinder.height"):
+        Cylinder(height=-1.0)
+    with pytest.raises(ValueError, match="Sphere.T_body_shape.*unit quaternion"):
+        Sphere(T_body_shape=[0, 0, 0, 0, 0, 0, 2.0])
+    with pytest.raises(ValueError, match="Bodies.shapes\\[0\\].body"):
+        Bodies((Sphere(body=3),), np.array([[0, 0, 0, 0, 0, 0, 1.0]]))
+    with pytest.raises(ValueError, match="Bodies.poses"):
+        Bodies((Sphere(),), np.zeros((1, 6)))
+    with pytest.raises(ValueError, match="Bodies.twists"):
+        Bodies((Sphere(),), np.array([[0, 0, 0, 0, 0, 0, 1.0]]), np.zeros((1, 5)))
+    with pytest.raises(ValueError, match="GridSDF.values"):
+        GridSDF(values=np.zeros((1, 3, 3)), scale=1.0, offset=0.0)
+
+
+def test_gradient_pytree_is_not_validated():
+    # a gradient of a Sphere is a Sphere of gradients; negative entries must not raise
+    g = jax.grad(lambda s: s.sdf_local(jnp.array([0.0, 0, 1.0]))[0])(Sphere(radius=0.5))
+    assert float(g.radius) == -1.0
+
+
+def test_sampling_deterministic_and_on_surface():
+    mesh = trimesh.creation.icosphere(3, 0.05)
+    p1, n1 = sample_surface_points(mesh, 100)
+    p2, _ = sample_surface_points(mesh, 100)
+    np.testing.assert_array_equal(p1, p2)
+    assert p1.shape == (100, 3) and n1.shape == (100, 3)
+    np.testing.assert_allclose(np.linalg.norm(p1, axis=-1), 0.05, atol=2e-3)
+    # well spread: min pairwise distance far above random sampling's
+    d = np.linalg.norm(p1[:, None] - p1[None], axis=-1) + np.eye(100)
+    assert d.min() > 0.005
+    with pytest.raises(ValueError, match="n: expected a positive int"):
+        sample_surface_points(mesh, 0)
