@@ -58,6 +58,7 @@ __all__ = [
     "se3_exp",
     "se3_log",
     "pose_from_matrix",
+    "matrix_apply",
     "pose_to_matrix",
     "check_pose",
 ]
@@ -366,6 +367,16 @@ def rotate(T_a_b: Array, v_b: Array) -> Array:
 def inverse_rotate(T_a_b: Array, v_a: Array) -> Array:
     """Rotate vectors ``v_a [..., 3]`` from frame a into frame b: ``R^T v_a``."""
     return quat_rotate(quat_conjugate(T_a_b[..., 3:]), v_a)
+
+
+def matrix_apply(R: Array, t: Array, p: Array) -> Array:
+    """``R p + t`` for one rotation matrix ``R [3, 3]`` / ``t [3]`` and many points ``p [..., 3]``.
+
+    Written out elementwise (9 multiply-adds per point): for transforming many points by one
+    pose this is ~3x cheaper than the quaternion sandwich and fuses on every backend.
+    """
+    x, y, z = p[..., 0], p[..., 1], p[..., 2]
+    return jnp.stack([R[i, 0] * x + R[i, 1] * y + R[i, 2] * z + t[i] for i in range(3)], axis=-1)
 
 
 def pose_to_matrix(T: Array) -> Array:

@@ -122,14 +122,46 @@ class Bodies:
             normals.append(n)
         sd = jnp.stack(sds)
         normal = jnp.stack(normals)
-        if body_mask is None:
-            mask = jnp.ones(sd.shape, bool)
-        else:
-            mask = jnp.broadcast_to(
-                jnp.asarray(body_mask)[jnp.asarray(self.shape_bodies)][:, None], sd.shape
-            )
+        mask = self._mask(body_mask, sd.shape)
         sd = jnp.where(mask, sd, jnp.asarray(1e6, sd.dtype))
         return ShapeQuery(sd=sd, normal=normal, mask=mask)
+
+    def query_in_frame(
+        self, T_world_frame: Array, points_frame: Array, body_mask: Array | None = None
+    ) -> ShapeQuery:
+        """Like :meth:`query` for points ``[P, 3]`` given in frame F (``T_world_frame [7]``).
+
+        Normals are returned in frame F. Each shape's pose relative to F is composed once, so
+        every point costs one rigid transform in and one rotation out (the fast path used by
+        the sensors, whose probes live in the sensor link frame).
+        """
+        dtype = points_frame.dtype
+        T_frame_world = _pose.inverse(T_world_frame.astype(dtype))
+        sds, normals = [], []
+        zero = jnp.zeros(3, dtype)
+        for s in self.shapes:
+            T_world_shape = _pose.compose(
+                self.poses[s.body].astype(dtype), s.T_body_shape.astype(dtype)
+            )
+            T_frame_shape = _pose.compose(T_frame_world, T_world_shape)
+            R = _pose.quat_to_matrix(T_frame_shape[3:])
+            t = T_frame_shape[:3]
+            p_shape = _pose.matrix_apply(R.T, -(R.T @ t), points_frame)
+            sd, n = s.sdf_local(p_shape)
+            sds.append(sd)
+            normals.append(_pose.matrix_apply(R, zero, n))
+        sd = jnp.stack(sds)
+        normal = jnp.stack(normals)
+        mask = self._mask(body_mask, sd.shape)
+        sd = jnp.where(mask, sd, jnp.asarray(1e6, sd.dtype))
+        return ShapeQuery(sd=sd, normal=normal, mask=mask)
+
+    def _mask(self, body_mask, shape):
+        if body_mask is None:
+            return jnp.ones(shape, bool)
+        bm = jnp.asarray(body_mask)
+        per_shape = jnp.stack([bm[int(b)] for b in self.shape_bodies])  # static slices
+        return jnp.broadcast_to(per_shape[:, None], shape)
 
     def signed_distance(
         self, points_world: Array, body_mask: Array | None = None

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
+from .._numerics import eps as _eps
 from .._numerics import lead, safe_norm, safe_normalize
 from .._pytree import pytree_dataclass, static_field
 from .._validate import check_last_dim, check_pose, check_positive
@@ -84,7 +85,7 @@ class Sphere(Shape):
 
     def sdf_local(self, p):
         d = safe_norm(p)
-        return d - self.radius, safe_normalize(p)
+        return d - self.radius, p / jnp.maximum(d, _eps(p.dtype))[..., None]
 
     def aabb_local(self):
         r = float(self.radius)

@@ -44,7 +44,6 @@ from .. import pose as _pose
 from .._numerics import cross, dot, safe_pow
 from .._numerics import eps as _eps
 from .._pytree import pytree_dataclass, static_field
-from ..geometry.bodies import point_velocity
 from .base import (
     Reading,
     SensorInputs,
@@ -52,7 +51,6 @@ from .base import (
     check_inputs_trace,
     clamp_depth,
     noised_radius,
-    probe_world_positions,
     step_gate,
 )
 
@@ -212,37 +210,53 @@ def _effective_mask(sensor, inputs: SensorInputs) -> Array:
 
 
 def _query(sensor, inputs: SensorInputs):
-    """World probe positions ``[N, 3]`` and the per-shape query ``[S, N]``."""
+    """Link-frame probe positions ``[N, 3]`` and the per-shape query ``[S, N]`` (link frame)."""
     check_inputs_trace(inputs)
     T = inputs.T_world_link
     pos = sensor.probe_local_pos.astype(T.dtype)
-    p_world = probe_world_positions(T, pos)
-    q = inputs.bodies.query(p_world, _effective_mask(sensor, inputs))
-    return p_world, q
+    q = inputs.bodies.query_in_frame(T, pos, _effective_mask(sensor, inputs))
+    return pos, q
+
+
+def _select(onehot: Array, x: Array) -> Array:
+    """``x[k[n], n]`` for a one-hot ``[S, N]`` selector and ``x [S, N, ...]``.
+
+    A masked sum rather than a gather: it fuses with the elementwise kernel and its transpose
+    is a broadcast, not a scatter (much cheaper in the backward pass on CPU).
+    """
+    if x.shape[0] == 1:
+        return x[0]
+    oh = onehot.reshape(onehot.shape + (1,) * (x.ndim - 2))
+    return jnp.sum(jnp.where(oh, x, jnp.zeros((), x.dtype)), axis=0)
 
 
 def _winner(sensor, q, radius):
     """Winning shape per probe for one branch of radius ``radius [N]``.
 
-    Returns ``(pen_raw [N], k [N] int, valid [N] bool)``: the largest ``r - sd`` over shapes,
-    its shape index and whether any shape was queryable. ``"raycast"`` mode replaces the
-    per-shape penetration by that of the nearest surface (smallest ``|sd|``), with the
-    distance capped at ``radius`` (Genesis's query radius).
+    Returns ``(pen_raw [N], onehot [S, N] bool, valid [N] bool)``: the largest ``r - sd`` over
+    shapes (first shape on ties), a one-hot selector of that shape and whether any shape was
+    queryable. ``"raycast"`` mode replaces the per-shape penetration by that of the nearest
+    surface (smallest ``|sd|``), with the distance capped at ``radius`` (Genesis's query
+    radius).
     """
     sd, mask = q.sd, q.mask
+    S = sd.shape[0]
+    valid = jnp.any(mask, axis=0)
     if sensor.contact_depth_query == "raycast":
         absd = jnp.where(mask, jnp.abs(sd), jnp.inf)
         k = jnp.argmin(absd, axis=0)
-        sdk = jnp.take_along_axis(sd, k[None], 0)[0]
-        dk = jnp.take_along_axis(absd, k[None], 0)[0]
+        onehot = jnp.arange(S)[:, None] == k[None]
+        sdk = _select(onehot, sd)
+        dk = _select(onehot, absd)
         sdk = jnp.where(dk > radius, radius, sdk)
-        valid = jnp.any(mask, axis=0)
-        return radius - sdk, k, valid
+        return radius - sdk, onehot, valid
     pen_s = jnp.where(mask, radius[None] - sd, -jnp.inf)
+    if S == 1:
+        return jnp.where(valid, pen_s[0], -1.0), jnp.ones((1,) + pen_s.shape[1:], bool), valid
     k = jnp.argmax(pen_s, axis=0)
-    pen = jnp.take_along_axis(pen_s, k[None], 0)[0]
-    valid = jnp.any(mask, axis=0)
-    return jnp.where(valid, pen, -1.0), k, valid
+    onehot = jnp.arange(S)[:, None] == k[None]
+    pen = _select(onehot, jnp.where(mask, pen_s, 0.0))
+    return jnp.where(valid, pen, -1.0), onehot, valid
 
 
 def _depth_branch(sensor, q, radius, active):
@@ -431,9 +445,9 @@ class KinematicTaxel:
     n_probes = ContactDepthProbe.n_probes
     init_state = ContactDepthProbe.init_state
 
-    def _branch(self, q, p_world, radius, gain, inputs):
-        dtype = p_world.dtype
-        pen_raw, k, valid = _winner(self, q, radius)
+    def _branch(self, q, v_rel, w_rel, p_link, radius, gain):
+        dtype = p_link.dtype
+        pen_raw, onehot, valid = _winner(self, q, radius)
         active = (radius > 0) & valid
         if self.smoothing > 0:
             pen = clamp_depth(pen_raw, self.smoothing)
@@ -444,40 +458,49 @@ class KinematicTaxel:
             gate = contact.astype(dtype)
         gate = jnp.where(active, gate, 0.0)
         pen = jnp.where(active, pen, 0.0) * gain
-        n_world = jnp.take_along_axis(q.normal, k[None, :, None], 0)[0]
-        bodies = inputs.bodies
-        body = jnp.asarray(bodies.shape_bodies)[k]
-        T = inputs.T_world_link
-        # velocities at the probe (world): object material point minus sensor's
-        v_obj = point_velocity(
-            bodies.twists[body].astype(dtype), bodies.poses[body, :3].astype(dtype), p_world
-        )
-        v_link = point_velocity(inputs.twist_link[None], T[None, :3], p_world)
-        q_link = T[None, 3:]
-        n_L = _pose.quat_rotate(_pose.quat_conjugate(q_link), n_world)
-        v_L = _pose.quat_rotate(_pose.quat_conjugate(q_link), v_obj - v_link)
+        n_L = _select(onehot, q.normal)
+        v_L = _select(onehot, v_rel)
         v_n = dot(v_L, n_L, keepdims=True)
         v_t = v_L - v_n * n_L
         s = safe_pow(pen, self.normal_exponent)[:, None]
-        F = (
-            self.normal_stiffness * s * n_L
-            + self.normal_damping * s * v_n * n_L
-            - self.shear_scalar * gate[:, None] * v_t
-        )
-        w_rel = bodies.twists[body, 3:].astype(dtype) - inputs.twist_link[None, 3:]
-        w_n = dot(w_rel, n_world, keepdims=True)
-        Tq = cross(self.probe_local_pos.astype(dtype), F) - (
-            self.twist_scalar * gate[:, None] * w_n * n_L
-        )
+        F = (self.normal_stiffness * s + self.normal_damping * s * v_n) * n_L - (
+            self.shear_scalar * gate[:, None]
+        ) * v_t
+        w_n = dot(_select(onehot, w_rel), n_L, keepdims=True)
+        Tq = cross(p_link, F) - (self.twist_scalar * gate[:, None] * w_n) * n_L
         return F, Tq
+
+    def _relative_motion(self, p_link, inputs):
+        """Relative velocity, object material point minus sensor, at each probe, per shape.
+
+        Returns ``v_rel [S, N, 3]`` (m/s) and ``w_rel [S, 1, 3]`` (rad/s), both in the link
+        frame: with ``R`` the link rotation, ``R^T (v_o + w_o x (p - o) - v_l - w_l x (p - x_l))
+        = (R^T v_o - R^T v_l + R^T w_o x (x_l - o)) + (R^T (w_o - w_l)) x p_L``.
+        """
+        bodies = inputs.bodies
+        dtype = p_link.dtype
+        T = inputs.T_world_link.astype(dtype)
+        Rt = _pose.quat_to_matrix(T[3:]).T
+        b = bodies.shape_bodies
+        # static slices (not a gather: its transpose would be a scatter)
+        tw = jnp.stack([bodies.twists[int(i)] for i in b]).astype(dtype)  # [S, 6]
+        org = jnp.stack([bodies.poses[int(i), :3] for i in b]).astype(dtype)  # [S, 3]
+        tl = inputs.twist_link.astype(dtype)
+        w_rel_world = tw[:, 3:] - tl[None, 3:]
+        v0_world = tw[:, :3] - tl[None, :3] + cross(tw[:, 3:], T[None, :3] - org)
+        v0 = v0_world @ Rt.T  # [S, 3] rows rotated by R^T
+        w_rel = w_rel_world @ Rt.T
+        v_rel = v0[:, None, :] + cross(w_rel[:, None, :], p_link[None])
+        return v_rel, w_rel[:, None, :]
 
     def forces(self, state: ProbeState, inputs: SensorInputs, key=None):
         """Flat ``(measured, ground_truth)`` :class:`TaxelReading` with ``[N, 3]`` arrays."""
-        p_world, q = _query(self, inputs)
-        r = self.probe_radius.astype(p_world.dtype)
-        F_g, T_g = self._branch(q, p_world, r, 1.0, inputs)
+        p_link, q = _query(self, inputs)
+        r = self.probe_radius.astype(p_link.dtype)
+        v_rel, w_rel = self._relative_motion(p_link, inputs)
+        F_g, T_g = self._branch(q, v_rel, w_rel, p_link, r, 1.0)
         r_m = noised_radius(r, self.probe_radius_noise, key)
-        F_m, T_m = self._branch(q, p_world, r_m, state.probe_gain, inputs)
+        F_m, T_m = self._branch(q, v_rel, w_rel, p_link, r_m, state.probe_gain)
         return TaxelReading(F_m, T_m), TaxelReading(F_g, T_g)
 
     def step(self, state: ProbeState, inputs: SensorInputs, key=None):
