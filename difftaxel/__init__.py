@@ -4,7 +4,7 @@ Public names are listed one by one; submodules (``difftaxel.pose``, ``difftaxel.
 ``difftaxel.layout``, ``difftaxel.sensors``, ``difftaxel.testing``) hold the rest.
 """
 
-from . import geometry, layout, pose
+from . import geometry, imperfections, layout, pose, sensors
 from .geometry import (
     Bodies,
     Box,
@@ -16,11 +16,14 @@ from .geometry import (
     TriangleMesh,
     sample_surface_points,
 )
+from .imperfections import Imperfections
 from .layout import (
     gaussian_crosstalk_kernel,
     generate_grid_points_on_plane,
     generate_ring_points_on_sphere,
 )
+
+from .rollout import rollout
 
 __version__ = "0.1.0"
 
@@ -30,6 +33,7 @@ __all__ = [
     "Capsule",
     "Cylinder",
     "GridSDF",
+    "Imperfections",
     "Plane",
     "Sphere",
     "TriangleMesh",
@@ -37,7 +41,10 @@ __all__ = [
     "generate_grid_points_on_plane",
     "generate_ring_points_on_sphere",
     "geometry",
+    "imperfections",
     "layout",
     "pose",
     "sample_surface_points",
+    "sensors",
+    "rollout",
 ]

@@ -1,5 +1,6 @@
 """Parity with Genesis World 1.4.5 on the shared parity kit: ContactProbe, ContactDepthProbe,
-KinematicTaxel (measured and ground truth), float64.
+KinematicTaxel (measured and ground truth) and a KinematicTaxel with per-probe gain, Maxwell
+hysteresis and an explicit 3 x 3 crosstalk kernel on its measured branch, float64.
 
 Which steps are compared and why: **every step of every case**. Genesis's probe family reads
 exactly zero unless its rigid solver reported a pad-sphere contact at the start of the step
@@ -54,6 +55,17 @@ def _sensors(meta, data):
         ),
         "kinematic_taxel": KinematicTaxel(
             probe_local_pos=grid, probe_radius=kt["probe_radius"], **kw
+        ),
+        "kinematic_taxel_imperfect": KinematicTaxel(
+            probe_local_pos=grid,
+            probe_radius=kt["probe_radius"],
+            probe_gain=data["imperfect/probe_gain"],
+            imperfections=dt.Imperfections(
+                hysteresis_strength=s["kinematic_taxel_imperfect"]["hysteresis_strength"],
+                hysteresis_tau=s["kinematic_taxel_imperfect"]["hysteresis_tau"],
+                crosstalk_kernel=data["imperfect/crosstalk_kernel"],
+            ),
+            **kw,
         ),
     }
 
@@ -123,13 +135,14 @@ def test_parity_probe_family(parity_kit):
             assert err <= 1e-9 * max(scale, 1e-300) or (scale == 0 and err == 0), (
                 f"{case} contact_depth_probe {branch}: max abs err {err:.3g} vs scale {scale:.3g}"
             )
-            for field in ("force", "torque"):
-                ref = data[pre + f"kinematic_taxel/{branch}/{field}"]
-                ours = getattr(out["kinematic_taxel"][idx], field)
-                err, scale = _max_rel(ours, ref)
-                assert err <= 1e-9 * scale or (scale == 0 and err == 0), (
-                    f"{case} kinematic_taxel {branch} {field}: err {err:.3g}, scale {scale:.3g}"
-                )
+            for name in ("kinematic_taxel", "kinematic_taxel_imperfect"):
+                for field in ("force", "torque"):
+                    ref = data[pre + f"{name}/{branch}/{field}"]
+                    ours = getattr(out[name][idx], field)
+                    err, scale = _max_rel(ours, ref)
+                    assert err <= 1e-9 * scale or (scale == 0 and err == 0), (
+                        f"{case} {name} {branch} {field}: err {err:.3g}, scale {scale:.3g}"
+                    )
         compared_steps += len(data[pre + "n_contacts_pad_obj"])
     assert compared_steps == 12 + 60 + 19
 

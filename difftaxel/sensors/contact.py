@@ -43,7 +43,8 @@ import numpy as np
 from .. import pose as _pose
 from .._numerics import cross, dot, safe_pow
 from .._numerics import eps as _eps
-from .._pytree import pytree_dataclass, static_field
+from .._pytree import pytree_dataclass, replace, static_field
+from ..imperfections import ChainState, Imperfections
 from .base import (
     Reading,
     SensorInputs,
@@ -152,6 +153,13 @@ def _prepare_common(self, allow_filler):
     object.__setattr__(self, "probe_gain_resample_range", rr)
     object.__setattr__(self, "filter_link_idx", f)
     object.__setattr__(self, "smoothing", sm)
+    imp = Imperfections() if self.imperfections is None else self.imperfections
+    if not isinstance(imp, Imperfections):
+        raise TypeError(
+            f"{name}.imperfections: expected a difftaxel.Imperfections, got {type(imp).__name__}"
+        )
+    imp = imp.bind(name, tuple(int(v) for v in layout), flat, allow_crosstalk=name == "KinematicTaxel")
+    object.__setattr__(self, "imperfections", imp)
 
 
 def _check_scalar(name, value, *, lo=None, lo_strict=False):
@@ -179,19 +187,36 @@ class ProbeState:
     probe_gain: Array
     latch_measured: Array
     latch_ground_truth: Array
+    chain: ChainState
 
 
-def _init_probe_state(sensor, key) -> ProbeState:
+def _init_probe_state(sensor, key, n_channels) -> ProbeState:
     g = sensor.probe_gain
+    k_gain = k_chain = None
+    if key is not None:
+        k_gain, k_chain = jax.random.split(key)
     if sensor.probe_gain_resample_range is not None:
         if key is None:
             raise ValueError(
                 f"key: {type(sensor).__name__}.init_state needs a PRNG key to resample probe_gain"
             )
         lo, hi = sensor.probe_gain_resample_range
-        g = jax.random.uniform(key, g.shape, g.dtype, lo, hi)
+        g = jax.random.uniform(k_gain, g.shape, g.dtype, lo, hi)
     z = jnp.zeros_like(g)
-    return ProbeState(probe_gain=g, latch_measured=z, latch_ground_truth=z)
+    chain = sensor.imperfections.init(k_chain, g.shape[0], n_channels, g.dtype)
+    return ProbeState(probe_gain=g, latch_measured=z, latch_ground_truth=z, chain=chain)
+
+
+def _split3(key):
+    if key is None:
+        return None, None, None
+    k = jax.random.split(key, 3)
+    return k[0], k[1], k[2]
+
+
+def _out_shape(sensor, tail=()):
+    H = sensor.imperfections.history_length
+    return ((H,) if H > 0 else ()) + sensor.layout + tail
 
 
 # ------------------------------------------------------------------------------- kernels
@@ -286,6 +311,7 @@ class ContactDepthProbe:
     filter_link_idx: tuple = static_field(())
     contact_depth_query: str = static_field("sdf")
     smoothing: float = static_field(0.0)
+    imperfections: Imperfections | None = None
     layout: tuple = static_field(())
 
     def __post_init__(self):
@@ -296,11 +322,13 @@ class ContactDepthProbe:
         return self.probe_local_pos.shape[0]
 
     def init_state(self, key=None) -> ProbeState:
-        """Per-episode state: gains (resampled from ``key`` if configured), zero latches."""
-        return _init_probe_state(self, key)
+        """Per-episode state (a reset): gains resampled and dead taxels drawn from ``key`` if
+        configured; zero latches, hysteresis, random walk and delay ring."""
+        return _init_probe_state(self, key, 1)
 
     def depths(self, state: ProbeState, inputs: SensorInputs, key=None):
-        """Flat ``(measured [N], ground_truth [N])`` depths (m) before any latch."""
+        """Flat raw ``(measured [N], ground_truth [N])`` depths (m): radius noise and gain on
+        the measured one, before the imperfection chain."""
         _, q = _query(self, inputs)
         r = self.probe_radius.astype(inputs.T_world_link.dtype)
         active = r > 0
@@ -309,10 +337,23 @@ class ContactDepthProbe:
         m = _depth_branch(self, q, r_m, active) * state.probe_gain
         return m, gt
 
+    def _chain(self, state, m, inputs, k_hw):
+        imp = self.imperfections
+        chain, v = imp.apply_hysteresis(state.chain, m[:, None], inputs.dt)
+        chain, v = imp.apply_hardware(chain, v, k_hw)
+        return chain, v
+
     def step(self, state: ProbeState, inputs: SensorInputs, key=None):
-        """One reading. ``key`` drives the radius noise (None: no noise draw)."""
-        m, gt = self.depths(state, inputs, key)
-        return state, Reading(m.reshape(self.layout), gt.reshape(self.layout))
+        """One reading ``[*layout]`` (m) per branch (``[H, *layout]`` measured with history).
+
+        ``key`` drives radius noise, white noise, random walk and jitter; ``None`` draws
+        nothing (a noise-free step)."""
+        k_r, k_hw, k_d = _split3(key)
+        m, gt = self.depths(state, inputs, k_r)
+        chain, v = self._chain(state, m, inputs, k_hw)
+        chain, v = self.imperfections.apply_delay(chain, v, k_d)
+        state = replace(state, chain=chain)
+        return state, Reading(v.reshape(_out_shape(self)), gt.reshape(self.layout))
 
 
 @pytree_dataclass
@@ -338,6 +379,7 @@ class ContactProbe:
     filter_link_idx: tuple = static_field(())
     contact_depth_query: str = static_field("sdf")
     smoothing: float = static_field(0.0)
+    imperfections: Imperfections | None = None
     layout: tuple = static_field(())
 
     def __post_init__(self):
@@ -359,6 +401,7 @@ class ContactProbe:
     n_probes = ContactDepthProbe.n_probes
     init_state = ContactDepthProbe.init_state
     depths = ContactDepthProbe.depths
+    _chain = ContactDepthProbe._chain
 
     def _latch(self, d, prev, active):
         on = step_gate(d, self.smoothing, self.contact_threshold)
@@ -368,16 +411,20 @@ class ContactProbe:
 
     def step(self, state: ProbeState, inputs: SensorInputs, key=None):
         """One reading; returns the new latches in the state."""
-        m, gt = self.depths(state, inputs, key)
+        k_r, k_hw, k_d = _split3(key)
+        m, gt = self.depths(state, inputs, k_r)
+        chain, v = self._chain(state, m, inputs, k_hw)
         active = self.probe_radius > 0
-        lm = self._latch(m, state.latch_measured, active)
+        lm = self._latch(v[:, 0], state.latch_measured, active)
         lg = self._latch(gt, state.latch_ground_truth, active)
-        state = ProbeState(state.probe_gain, lm, lg)
+        chain, lm_read = self.imperfections.apply_delay(chain, lm[:, None], k_d)
+        state = ProbeState(state.probe_gain, lm, lg, chain)
+        lm_read = lm_read[..., 0]
         if self.smoothing > 0:
-            out_m, out_g = lm, lg
+            out_m, out_g = lm_read, lg
         else:
-            out_m, out_g = lm > 0.5, lg > 0.5
-        return state, Reading(out_m.reshape(self.layout), out_g.reshape(self.layout))
+            out_m, out_g = lm_read > 0.5, lg > 0.5
+        return state, Reading(out_m.reshape(_out_shape(self)), out_g.reshape(self.layout))
 
 
 @pytree_dataclass
@@ -417,6 +464,7 @@ class KinematicTaxel:
     filter_link_idx: tuple = static_field(())
     contact_depth_query: str = static_field("sdf")
     smoothing: float = static_field(0.0)
+    imperfections: Imperfections | None = None
     layout: tuple = static_field(())
 
     def __post_init__(self):
@@ -443,7 +491,10 @@ class KinematicTaxel:
         )
 
     n_probes = ContactDepthProbe.n_probes
-    init_state = ContactDepthProbe.init_state
+
+    def init_state(self, key=None) -> ProbeState:
+        """Per-episode state (a reset); see :meth:`ContactDepthProbe.init_state`."""
+        return _init_probe_state(self, key, 6)
 
     def _branch(self, q, v_rel, w_rel, p_link, radius, gain):
         dtype = p_link.dtype
@@ -504,10 +555,23 @@ class KinematicTaxel:
         return TaxelReading(F_m, T_m), TaxelReading(F_g, T_g)
 
     def step(self, state: ProbeState, inputs: SensorInputs, key=None):
-        """One reading: force (N) and torque (N*m), ``[*layout, 3]``, sensor link frame."""
-        m, g = self.forces(state, inputs, key)
-        shp = self.layout + (3,)
+        """One reading: force (N) and torque (N*m), ``[*layout, 3]``, sensor link frame.
+
+        The measured branch goes through crosstalk, hysteresis, random walk, noise, bias,
+        quantisation, dead taxels and delay (``[H, *layout, 3]`` with history). ``key`` drives
+        every random draw; ``None`` draws nothing."""
+        k_r, k_hw, k_d = _split3(key)
+        m, g = self.forces(state, inputs, k_r)
+        imp = self.imperfections
+        v = jnp.concatenate([m.force, m.torque], axis=-1)  # [N, 6]
+        v = imp.apply_crosstalk(v, self.probe_radius > 0)
+        chain, v = imp.apply_hysteresis(state.chain, v, inputs.dt)
+        chain, v = imp.apply_hardware(chain, v, k_hw)
+        chain, v = imp.apply_delay(chain, v, k_d)
+        state = replace(state, chain=chain)
+        shp = _out_shape(self, (3,))
+        gshp = self.layout + (3,)
         return state, Reading(
-            TaxelReading(m.force.reshape(shp), m.torque.reshape(shp)),
-            TaxelReading(g.force.reshape(shp), g.torque.reshape(shp)),
+            TaxelReading(v[..., :3].reshape(shp), v[..., 3:].reshape(shp)),
+            TaxelReading(g.force.reshape(gshp), g.torque.reshape(gshp)),
         )

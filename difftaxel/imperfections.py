@@ -1,0 +1,406 @@
+"""The measured branch of a real tactile sensor: Genesis 1.4.5's imperfection chain.
+
+Order (GENESIS_MODELS.md section 9.1), each stage pure with explicit state:
+
+1. **spatial crosstalk** (taxel sensors on a grid): depthwise cross-correlation of each
+   channel field ``[ny, nx]`` with a kernel, zero padding, 1, 2 or 3 groups (all channels;
+   normal vs rest; normal, shear, torque); filler probes re-zeroed;
+2. **viscoelastic hysteresis** (single Maxwell element) per channel:
+   ``xi_k = a xi_{k-1} + (x_k - x_{k-1})``, ``y_k = x_k + strength xi_k``, ``a = exp(-dt/tau)``;
+3. **random walk** ``rho += N(0, random_walk)``, value += rho;
+4. **white noise** ``+ noise * N(0, 1)`` (reparameterised: differentiable in ``noise``);
+5. **bias** ``+ bias``;
+6. **resolution** ``round(x / res) * res`` (round half to even), optionally straight-through
+   (identity gradient) for training;
+7. **dead taxels**: a probe drawn dead at reset reads its dead value on every channel;
+8. the sensor's own thresholds (ContactProbe latch) - applied by the sensor;
+9. **delay and jitter** through a ring of past readings; **history** of the last H readings
+   (index 0 newest; history reads bypass the delay, as Genesis).
+
+Values travel as ``[N, C]`` arrays: N probes, C channels per probe (1 for depths, 6 for a
+taxel's force then torque). ``noise``, ``bias``, ``resolution`` and ``random_walk`` may be
+scalars or arrays broadcastable to ``[N, C]``.
+
+Every random draw comes from an explicit key: ``init`` draws dead taxels (per reset) and
+``step`` draws noise, random-walk increments and jitter. The ground-truth branch never sees
+any of this.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._numerics import eps as _eps
+from ._pytree import pytree_dataclass, replace, static_field
+from .layout import gaussian_crosstalk_kernel
+
+Array = jax.Array
+
+__all__ = ["Imperfections", "ChainState", "crosstalk_correlate", "grid_metadata"]
+
+
+def grid_metadata(grid: np.ndarray):
+    """Averaged grid spacings and tangents of a ``[ny, nx, 3]`` probe grid (Genesis's rule).
+
+    Spacings are computed from float32 positions (as Genesis does: e.g. a 0.03 m pitch becomes
+    0.029999995604157448). Returns ``(s_v, s_u, t_u [3], t_v [3])``: row and column spacings
+    (m) and unit column (u) and row (v) directions.
+    """
+    g = np.asarray(grid, dtype=np.float32).astype(np.float64)
+    du = (g[:, 1:] - g[:, :-1]).reshape(-1, 3).mean(0)
+    dv = (g[1:] - g[:-1]).reshape(-1, 3).mean(0)
+    s_u, s_v = float(np.linalg.norm(du)), float(np.linalg.norm(dv))
+    return s_v, s_u, du / max(s_u, 1e-300), dv / max(s_v, 1e-300)
+
+
+def crosstalk_correlate(field: Array, kernel: Array) -> Array:
+    """Same-size cross-correlation with zero padding of ``field [ny, nx, C]`` by ``kernel``.
+
+    ``out[y, x, c] = sum_ij K[i, j] in[y + i - r_v, x + j - r_u, c]`` (torch's conv2d
+    semantics; no flip). ``kernel`` is ``[kr, kc]`` (shared by all channels) with odd sizes.
+    """
+    ny, nx, C = field.shape
+    kr, kc = kernel.shape
+    lhs = jnp.transpose(field, (2, 0, 1))[:, None]  # [C, 1, ny, nx]
+    rhs = kernel[None, None].astype(field.dtype)  # [1, 1, kr, kc]
+    out = jax.lax.conv_general_dilated(
+        lhs, rhs, window_strides=(1, 1), padding=((kr // 2, kr // 2), (kc // 2, kc // 2))
+    )
+    return jnp.transpose(out[:, 0], (1, 2, 0))
+
+
+@pytree_dataclass
+class ChainState:
+    """State of the imperfection chain for one environment.
+
+    Attributes:
+      hyst_xi: ``[N, C]`` Maxwell element state.
+      hyst_prev: ``[N, C]`` previous hysteresis input.
+      walk: ``[N, C]`` random-walk offset.
+      dead: ``[N]`` bool, drawn at reset.
+      dead_value: ``[N]`` value a dead probe reads.
+      ring: ``[D, N, C]`` past post-processed measured readings (index 0 newest); ``D = 0``
+        when no delay or history is configured.
+    """
+
+    hyst_xi: Array
+    hyst_prev: Array
+    walk: Array
+    dead: Array
+    dead_value: Array
+    ring: Array
+
+
+def _validate_scalar(name, v, lo=None, hi=None, allow_array=True):
+    a = np.asarray(v, dtype=float)
+    if not allow_array and a.ndim:
+        raise ValueError(f"{name}: expected a scalar, got shape {a.shape}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name}: expected finite values, got {v!r}")
+    if lo is not None and np.any(a < lo):
+        raise ValueError(f"{name}: expected >= {lo}, got {v!r}")
+    if hi is not None and np.any(a > hi):
+        raise ValueError(f"{name}: expected <= {hi}, got {v!r}")
+    return jnp.asarray(a, jnp.result_type(float))
+
+
+@pytree_dataclass
+class Imperfections:
+    """Options of the measured-branch chain (Genesis names and defaults: everything off).
+
+    Attributes:
+      hysteresis_strength: ``s >= 0`` of the Maxwell element (0 = off).
+      hysteresis_tau: relaxation time (s), must be > 0 when ``s > 0``.
+      random_walk: std of the per-step increment of a cumulative offset (sensor units).
+      noise: std of additive white Gaussian noise (sensor units).
+      bias: constant offset (sensor units).
+      resolution: quantisation step (0 = off).
+      dead_taxel_probability: probability in [0, 1] that a probe is dead (drawn per reset).
+      dead_taxel_value_range: ``(lo, hi)`` a dead probe's value is drawn from.
+      crosstalk_strength: Gaussian crosstalk mix ``K = s G + (1 - s) delta`` (0 = off).
+      crosstalk_sigma: Gaussian width (m), > 0 when ``crosstalk_strength > 0``.
+      crosstalk_kernel: explicit kernel ``[kr, kc]``, ``[2, kr, kc]`` or ``[3, kr, kc]`` (odd
+        sizes; groups normal/rest or normal/shear/torque), exclusive with the Gaussian options.
+      delay: read latency (s); ``round(delay / dt)`` steps (``dt`` is required then).
+      jitter: random extra latency (s), ``<= delay`` and ``<= dt``.
+      dt: sensor step (s); needed for delay/jitter (static) - hysteresis uses ``inputs.dt``.
+      history_length: H > 0 makes ``read`` return the last H post-processed readings.
+      straight_through: quantisation passes gradients unchanged (for training).
+    """
+
+    hysteresis_strength: Array = 0.0
+    hysteresis_tau: Array = 0.0
+    random_walk: Array = 0.0
+    noise: Array = 0.0
+    bias: Array = 0.0
+    resolution: Array = 0.0
+    dead_taxel_probability: Array = 0.0
+    dead_taxel_value_range: Array = (0.0, 0.0)
+    crosstalk_strength: Array = 0.0
+    crosstalk_sigma: Array = 0.0
+    crosstalk_kernel: Array | None = None
+    jitter: Array = 0.0
+    delay: float = static_field(0.0)
+    dt: float | None = static_field(None)
+    history_length: int = static_field(0)
+    straight_through: bool = static_field(False)
+    # bound by the sensor (static): grid shape, kernel radii and spacings, grid normal
+    grid_shape: tuple | None = static_field(None)
+    crosstalk_radius: tuple | None = static_field(None)
+    crosstalk_spacing: tuple | None = static_field(None)
+    grid_normal: tuple | None = static_field(None)
+    crosstalk_groups: int = static_field(0)
+
+    def __post_init__(self):
+        s = float(_validate_scalar("hysteresis_strength", self.hysteresis_strength, lo=0,
+                                   allow_array=False))
+        tau = float(_validate_scalar("hysteresis_tau", self.hysteresis_tau, allow_array=False))
+        if s > 0 and tau <= 0:
+            raise ValueError(
+                f"hysteresis_tau: expected > 0 when hysteresis_strength > 0 ({s}), got {tau}"
+            )
+        p = _validate_scalar("dead_taxel_probability", self.dead_taxel_probability, 0.0, 1.0,
+                             allow_array=False)
+        rng = np.asarray(self.dead_taxel_value_range, dtype=float)
+        if rng.shape != (2,) or rng[0] > rng[1] or not np.all(np.isfinite(rng)):
+            raise ValueError(
+                f"dead_taxel_value_range: expected (lo, hi) with lo <= hi, got {self.dead_taxel_value_range!r}"
+            )
+        lam = float(_validate_scalar("crosstalk_strength", self.crosstalk_strength, lo=0,
+                                     allow_array=False))
+        sig = float(_validate_scalar("crosstalk_sigma", self.crosstalk_sigma, lo=0,
+                                     allow_array=False))
+        K = self.crosstalk_kernel
+        if K is not None:
+            if lam > 0 or sig > 0:
+                raise ValueError(
+                    "crosstalk_kernel: an explicit kernel excludes crosstalk_strength and "
+                    "crosstalk_sigma (got both)"
+                )
+            K = np.asarray(K, dtype=float)
+            if K.ndim == 2:
+                K = K[None]
+            if K.ndim != 3 or K.shape[0] not in (1, 2, 3):
+                raise ValueError(
+                    "crosstalk_kernel: expected shape (kr, kc), (2, kr, kc) or (3, kr, kc), "
+                    f"got {np.shape(self.crosstalk_kernel)}"
+                )
+            if K.shape[1] % 2 == 0 or K.shape[2] % 2 == 0:
+                raise ValueError(
+                    f"crosstalk_kernel: expected odd kernel sizes, got {K.shape[1:]}"
+                )
+            if not np.all(np.isfinite(K)):
+                raise ValueError("crosstalk_kernel: expected finite values")
+            K = jnp.asarray(K, jnp.result_type(float))
+        elif lam > 0 and sig <= 0:
+            raise ValueError(
+                f"crosstalk_sigma: expected > 0 when crosstalk_strength > 0, got {sig}"
+            )
+        delay = float(self.delay)
+        jit = float(_validate_scalar("jitter", self.jitter, lo=0, allow_array=False))
+        if delay < 0 or not math.isfinite(delay):
+            raise ValueError(f"delay: expected >= 0 (s), got {delay}")
+        if (delay > 0 or jit > 0) and (self.dt is None or not float(self.dt) > 0):
+            raise ValueError(f"dt: expected the sensor step (s) > 0 when delay or jitter is set, got {self.dt}")
+        if jit > 0:
+            tol = 1e-12
+            if jit > delay + tol:
+                raise ValueError(f"jitter: expected <= delay ({delay}), got {jit}")
+            if jit > float(self.dt) + tol:
+                raise ValueError(f"jitter: expected <= dt ({self.dt}), got {jit}")
+        H = int(self.history_length)
+        if H < 0:
+            raise ValueError(f"history_length: expected >= 0, got {H}")
+        for name in ("random_walk", "noise", "resolution"):
+            object.__setattr__(self, name, _validate_scalar(name, getattr(self, name), lo=0))
+        object.__setattr__(self, "bias", _validate_scalar("bias", self.bias))
+        object.__setattr__(self, "hysteresis_strength", jnp.asarray(s, jnp.result_type(float)))
+        object.__setattr__(self, "hysteresis_tau", jnp.asarray(tau, jnp.result_type(float)))
+        object.__setattr__(self, "dead_taxel_probability", p)
+        object.__setattr__(self, "dead_taxel_value_range", jnp.asarray(rng, jnp.result_type(float)))
+        object.__setattr__(self, "crosstalk_strength", jnp.asarray(lam, jnp.result_type(float)))
+        object.__setattr__(self, "crosstalk_sigma", jnp.asarray(sig, jnp.result_type(float)))
+        object.__setattr__(self, "crosstalk_kernel", K)
+        groups = int(K.shape[0]) if K is not None else (1 if lam > 0 else 0)
+        object.__setattr__(self, "crosstalk_groups", groups)
+        object.__setattr__(self, "jitter", jnp.asarray(jit, jnp.result_type(float)))
+        object.__setattr__(self, "delay", delay)
+        object.__setattr__(self, "history_length", H)
+        object.__setattr__(self, "dt", None if self.dt is None else float(self.dt))
+
+    # ------------------------------------------------------------------ binding to a layout
+
+    @property
+    def has_crosstalk(self) -> bool:
+        """Static: crosstalk was configured at construction (explicit kernel or strength > 0)."""
+        return self.crosstalk_groups > 0
+
+    def bind(self, owner: str, layout: tuple, probe_grid: np.ndarray | None, allow_crosstalk: bool,
+             grid_normal=None) -> Imperfections:
+        """Resolve layout-dependent static data (kernel radii, spacings); called by sensors.
+
+        Raises ``ValueError`` naming the option for crosstalk on a sensor class without it or
+        on a non-grid layout.
+        """
+        if not self.has_crosstalk:
+            return replace(self, grid_shape=tuple(layout))
+        if not allow_crosstalk:
+            raise ValueError(
+                f"{owner}.imperfections.crosstalk_*: crosstalk is not applied to {owner} "
+                "(Genesis applies it to KinematicTaxel and ProximityTaxel only)"
+            )
+        if len(layout) != 2 or layout[0] < 2 or layout[1] < 2:
+            raise ValueError(
+                f"{owner}.imperfections.crosstalk_*: crosstalk needs a grid layout (ny, nx, 3) "
+                f"with nx, ny >= 2, got probe layout {tuple(layout)}"
+            )
+        s_v, s_u, t_u, t_v = grid_metadata(probe_grid.reshape(layout + (3,)))
+        if s_u < 1e-12 or s_v < 1e-12:
+            raise ValueError(f"{owner}.probe_local_pos: degenerate grid spacing for crosstalk")
+        if grid_normal is None:
+            n = np.cross(t_u, t_v)
+            grid_normal = n / np.linalg.norm(n)
+        if self.crosstalk_kernel is None:
+            sig = float(self.crosstalk_sigma)
+            r_v = max(1, math.ceil(3 * sig / s_v))
+            r_u = max(1, math.ceil(3 * sig / s_u))
+            radius = (r_v, r_u)
+        else:
+            radius = (self.crosstalk_kernel.shape[1] // 2, self.crosstalk_kernel.shape[2] // 2)
+        return replace(
+            self,
+            grid_shape=tuple(layout),
+            crosstalk_radius=radius,
+            crosstalk_spacing=(s_v, s_u),
+            grid_normal=tuple(float(v) for v in grid_normal),
+        )
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def ring_depth(self) -> int:
+        d = 0
+        if self.delay > 0:
+            d = self.delay_steps + 2
+        return max(d, self.history_length)
+
+    @property
+    def delay_steps(self) -> int:
+        if self.delay <= 0:
+            return 0
+        return int(np.round(self.delay / self.dt))
+
+    def init(self, key, n_probes: int, n_channels: int, dtype=None) -> ChainState:
+        """Zeroed hysteresis, walk and ring; dead taxels drawn from ``key`` (a reset)."""
+        dtype = dtype or jnp.result_type(float)
+        z = jnp.zeros((n_probes, n_channels), dtype)
+        p = self.dead_taxel_probability
+        if key is None:
+            if not isinstance(p, jax.core.Tracer) and float(p) > 0:
+                raise ValueError("key: a PRNG key is needed to draw dead taxels at reset")
+            dead = jnp.zeros((n_probes,), bool)
+            val = jnp.zeros((n_probes,), dtype)
+        else:
+            k1, k2 = jax.random.split(key)
+            dead = jax.random.uniform(k1, (n_probes,), dtype) < p
+            lo, hi = self.dead_taxel_value_range[0], self.dead_taxel_value_range[1]
+            val = jax.random.uniform(k2, (n_probes,), dtype, 0.0, 1.0) * (hi - lo) + lo
+        ring = jnp.zeros((self.ring_depth, n_probes, n_channels), dtype)
+        return ChainState(hyst_xi=z, hyst_prev=z, walk=z, dead=dead, dead_value=val, ring=ring)
+
+    # ------------------------------------------------------------------ stages
+
+    def crosstalk_kernels(self, dtype) -> Array:
+        """``[G, kr, kc]`` kernels (G groups) for the bound grid; built from traced sigma."""
+        if self.crosstalk_kernel is not None:
+            return self.crosstalk_kernel.astype(dtype)
+        r_v, r_u = self.crosstalk_radius
+        s_v, s_u = self.crosstalk_spacing
+        G = gaussian_crosstalk_kernel(
+            2 * r_v + 1, 2 * r_u + 1, self.crosstalk_sigma.astype(dtype),
+            spacing=jnp.asarray([s_v, s_u], dtype)
+        )
+        delta = jnp.zeros_like(G).at[r_v, r_u].set(1.0)
+        lam = self.crosstalk_strength.astype(dtype)
+        return (lam * G + (1.0 - lam) * delta)[None]
+
+    def apply_crosstalk(self, value: Array, active: Array) -> Array:
+        """Crosstalk on ``[N, C]`` taxel values (C = 6: force then torque; or C = 3)."""
+        if not self.has_crosstalk:
+            return value
+        ny, nx = self.grid_shape
+        K = self.crosstalk_kernels(value.dtype)
+        C = value.shape[1]
+        field = value.reshape(ny, nx, C)
+        if K.shape[0] == 1:
+            out = crosstalk_correlate(field, K[0])
+        else:
+            n = jnp.asarray(self.grid_normal, value.dtype)
+            F = field[..., :3]
+            fn = jnp.sum(F * n[None, None], -1, keepdims=True)
+            Fs = F - fn * n[None, None]
+            fn_o = crosstalk_correlate(fn, K[0])
+            if K.shape[0] == 2:
+                rest = crosstalk_correlate(jnp.concatenate([Fs, field[..., 3:]], -1), K[1])
+                Fs_o, T_o = rest[..., :3], rest[..., 3:]
+            else:
+                Fs_o = crosstalk_correlate(Fs, K[1])
+                T_o = crosstalk_correlate(field[..., 3:], K[2])
+            out = jnp.concatenate([fn_o * n[None, None] + Fs_o, T_o], -1)
+        out = out.reshape(-1, C)
+        return jnp.where(active[:, None], out, 0.0)
+
+    def apply_hysteresis(self, state: ChainState, value: Array, dt) -> tuple[ChainState, Array]:
+        """Single Maxwell element per channel; a no-op when ``hysteresis_strength == 0``."""
+        s = self.hysteresis_strength.astype(value.dtype)
+        tau = self.hysteresis_tau.astype(value.dtype)
+        pos = tau > 0
+        a = jnp.where(pos, jnp.exp(-jnp.asarray(dt, value.dtype) / jnp.where(pos, tau, 1.0)), 0.0)
+        xi = a * state.hyst_xi + (value - state.hyst_prev)
+        return replace(state, hyst_xi=xi, hyst_prev=value), value + s * xi
+
+    def apply_hardware(self, state: ChainState, value: Array, key) -> tuple[ChainState, Array]:
+        """Random walk, white noise, bias, quantisation, dead taxels (in that order)."""
+        dtype = value.dtype
+        rw = jnp.broadcast_to(self.random_walk.astype(dtype), value.shape)
+        nz = jnp.broadcast_to(self.noise.astype(dtype), value.shape)
+        if key is None:
+            k_rw = k_n = None
+        else:
+            k_rw, k_n = jax.random.split(key)
+        walk = state.walk
+        if k_rw is not None:
+            walk = walk + rw * jax.random.normal(k_rw, value.shape, dtype)
+            value = value + walk
+            value = value + nz * jax.random.normal(k_n, value.shape, dtype)
+        value = value + jnp.broadcast_to(self.bias.astype(dtype), value.shape)
+        res = jnp.broadcast_to(self.resolution.astype(dtype), value.shape)
+        on = res > _eps(dtype)
+        q = jnp.round(value / jnp.where(on, res, 1.0)) * res
+        if self.straight_through:
+            q = value + jax.lax.stop_gradient(q - value)
+        value = jnp.where(on, q, value)
+        value = jnp.where(state.dead[:, None], state.dead_value[:, None].astype(dtype), value)
+        return replace(state, walk=walk), value
+
+    def apply_delay(self, state: ChainState, value: Array, key):
+        """Push ``value [N, C]`` into the ring and read: history ``[H, N, C]`` (newest first,
+        undelayed) if ``history_length > 0``, else the delayed (and jittered) reading."""
+        if self.ring_depth == 0:
+            return state, value
+        ring = jnp.concatenate([value[None], state.ring[:-1]], axis=0)
+        state = replace(state, ring=ring)
+        if self.history_length > 0:
+            return state, ring[: self.history_length]
+        slot = jnp.asarray(self.delay_steps)
+        if self.jitter is not None and key is not None:
+            k1, k2 = jax.random.split(jax.random.fold_in(key, 7))
+            j = jax.random.uniform(k1, (), value.dtype) * self.jitter.astype(value.dtype) / self.dt
+            u = jax.random.uniform(k2, (), value.dtype)
+            slot = slot + jnp.floor(j + u).astype(slot.dtype)
+        onehot = (jnp.arange(ring.shape[0]) == slot)[:, None, None]
+        return state, jnp.sum(jnp.where(onehot, ring, 0.0), axis=0)
