@@ -4,7 +4,7 @@ Public names are listed one by one; submodules (``difftaxel.pose``, ``difftaxel.
 ``difftaxel.layout``, ``difftaxel.sensors``, ``difftaxel.testing``) hold the rest.
 """
 
-from . import geometry, imperfections, layout, pose, sensors
+from . import geometry, imperfections, layout, pose, rollout, sensors
 from .geometry import (
     Bodies,
     Box,
@@ -22,8 +22,6 @@ from .layout import (
     generate_grid_points_on_plane,
     generate_ring_points_on_sphere,
 )
-
-from .rollout import rollout
 
 __version__ = "0.1.0"
 

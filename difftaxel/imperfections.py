@@ -40,7 +40,13 @@ from .layout import gaussian_crosstalk_kernel
 
 Array = jax.Array
 
-__all__ = ["Imperfections", "ChainState", "crosstalk_correlate", "grid_metadata"]
+__all__ = [
+    "Imperfections",
+    "ChainState",
+    "crosstalk_correlate",
+    "crosstalk_matrix",
+    "grid_metadata",
+]
 
 
 def grid_metadata(grid: np.ndarray):
@@ -62,15 +68,42 @@ def crosstalk_correlate(field: Array, kernel: Array) -> Array:
 
     ``out[y, x, c] = sum_ij K[i, j] in[y + i - r_v, x + j - r_u, c]`` (torch's conv2d
     semantics; no flip). ``kernel`` is ``[kr, kc]`` (shared by all channels) with odd sizes.
+
+    Grids of up to 1024 taxels use a dense ``[N, N]`` operator built from the kernel by a static
+    index map (one matrix product; under ``vmap`` over environments the operator is shared and
+    the product is a single GEMM); larger grids sum shifted copies of the padded field.
+    Both are differentiable in the kernel and the field.
     """
     ny, nx, C = field.shape
+    if ny * nx <= 1024:
+        M = crosstalk_matrix(kernel.astype(field.dtype), ny, nx)
+        return (M @ field.reshape(ny * nx, C)).reshape(ny, nx, C)
     kr, kc = kernel.shape
-    lhs = jnp.transpose(field, (2, 0, 1))[:, None]  # [C, 1, ny, nx]
-    rhs = kernel[None, None].astype(field.dtype)  # [1, 1, kr, kc]
-    out = jax.lax.conv_general_dilated(
-        lhs, rhs, window_strides=(1, 1), padding=((kr // 2, kr // 2), (kc // 2, kc // 2))
-    )
-    return jnp.transpose(out[:, 0], (1, 2, 0))
+    pad = jnp.pad(field, ((kr // 2, kr // 2), (kc // 2, kc // 2), (0, 0)))
+    out = jnp.zeros_like(field)
+    for i in range(kr):  # static loop over the (small) kernel, not over taxels
+        for j in range(kc):
+            out = out + kernel[i, j].astype(field.dtype) * pad[i : i + ny, j : j + nx]
+    return out
+
+
+def _crosstalk_index(kr: int, kc: int, ny: int, nx: int):
+    y = np.arange(ny)[:, None, None, None]
+    x = np.arange(nx)[None, :, None, None]
+    yy = np.arange(ny)[None, None, :, None]
+    xx = np.arange(nx)[None, None, None, :]
+    i = yy - y + kr // 2
+    j = xx - x + kc // 2
+    ok = (i >= 0) & (i < kr) & (j >= 0) & (j < kc)
+    flat = np.where(ok, i * kc + j, 0).reshape(ny * nx, ny * nx)
+    return flat, ok.reshape(ny * nx, ny * nx)
+
+
+def crosstalk_matrix(kernel: Array, ny: int, nx: int) -> Array:
+    """Dense ``[ny*nx, ny*nx]`` operator of the zero-padded cross-correlation by ``kernel``."""
+    kr, kc = kernel.shape
+    idx, ok = _crosstalk_index(kr, kc, ny, nx)
+    return jnp.where(jnp.asarray(ok), kernel.reshape(-1)[jnp.asarray(idx)], 0.0)
 
 
 @pytree_dataclass
@@ -130,6 +163,10 @@ class Imperfections:
       dt: sensor step (s); needed for delay/jitter (static) - hysteresis uses ``inputs.dt``.
       history_length: H > 0 makes ``read`` return the last H post-processed readings.
       straight_through: quantisation passes gradients unchanged (for training).
+
+    Which random stages draw numbers (``random_walk``, ``noise``, ``jitter``) is fixed when the
+    chain is built: a stage built with a zero scale draws nothing (and stays off if its scale
+    is later replaced); build it with a non-zero scale to train that scale.
     """
 
     hysteresis_strength: Array = 0.0
@@ -154,26 +191,33 @@ class Imperfections:
     crosstalk_spacing: tuple | None = static_field(None)
     grid_normal: tuple | None = static_field(None)
     crosstalk_groups: int = static_field(0)
+    random_stages: tuple = static_field(())
 
     def __post_init__(self):
-        s = float(_validate_scalar("hysteresis_strength", self.hysteresis_strength, lo=0,
-                                   allow_array=False))
+        s = float(
+            _validate_scalar(
+                "hysteresis_strength", self.hysteresis_strength, lo=0, allow_array=False
+            )
+        )
         tau = float(_validate_scalar("hysteresis_tau", self.hysteresis_tau, allow_array=False))
         if s > 0 and tau <= 0:
             raise ValueError(
                 f"hysteresis_tau: expected > 0 when hysteresis_strength > 0 ({s}), got {tau}"
             )
-        p = _validate_scalar("dead_taxel_probability", self.dead_taxel_probability, 0.0, 1.0,
-                             allow_array=False)
+        p = _validate_scalar(
+            "dead_taxel_probability", self.dead_taxel_probability, 0.0, 1.0, allow_array=False
+        )
         rng = np.asarray(self.dead_taxel_value_range, dtype=float)
         if rng.shape != (2,) or rng[0] > rng[1] or not np.all(np.isfinite(rng)):
             raise ValueError(
                 f"dead_taxel_value_range: expected (lo, hi) with lo <= hi, got {self.dead_taxel_value_range!r}"
             )
-        lam = float(_validate_scalar("crosstalk_strength", self.crosstalk_strength, lo=0,
-                                     allow_array=False))
-        sig = float(_validate_scalar("crosstalk_sigma", self.crosstalk_sigma, lo=0,
-                                     allow_array=False))
+        lam = float(
+            _validate_scalar("crosstalk_strength", self.crosstalk_strength, lo=0, allow_array=False)
+        )
+        sig = float(
+            _validate_scalar("crosstalk_sigma", self.crosstalk_sigma, lo=0, allow_array=False)
+        )
         K = self.crosstalk_kernel
         if K is not None:
             if lam > 0 or sig > 0:
@@ -190,9 +234,7 @@ class Imperfections:
                     f"got {np.shape(self.crosstalk_kernel)}"
                 )
             if K.shape[1] % 2 == 0 or K.shape[2] % 2 == 0:
-                raise ValueError(
-                    f"crosstalk_kernel: expected odd kernel sizes, got {K.shape[1:]}"
-                )
+                raise ValueError(f"crosstalk_kernel: expected odd kernel sizes, got {K.shape[1:]}")
             if not np.all(np.isfinite(K)):
                 raise ValueError("crosstalk_kernel: expected finite values")
             K = jnp.asarray(K, jnp.result_type(float))
@@ -205,7 +247,9 @@ class Imperfections:
         if delay < 0 or not math.isfinite(delay):
             raise ValueError(f"delay: expected >= 0 (s), got {delay}")
         if (delay > 0 or jit > 0) and (self.dt is None or not float(self.dt) > 0):
-            raise ValueError(f"dt: expected the sensor step (s) > 0 when delay or jitter is set, got {self.dt}")
+            raise ValueError(
+                f"dt: expected the sensor step (s) > 0 when delay or jitter is set, got {self.dt}"
+            )
         if jit > 0:
             tol = 1e-12
             if jit > delay + tol:
@@ -227,6 +271,18 @@ class Imperfections:
         object.__setattr__(self, "crosstalk_kernel", K)
         groups = int(K.shape[0]) if K is not None else (1 if lam > 0 else 0)
         object.__setattr__(self, "crosstalk_groups", groups)
+        # which random stages draw numbers is fixed at construction (static): a stage built
+        # with a zero scale draws nothing, so a noise-free chain costs no random numbers
+        stages = tuple(
+            name
+            for name, on in (
+                ("random_walk", np.any(np.asarray(self.random_walk) > 0)),
+                ("noise", np.any(np.asarray(self.noise) > 0)),
+                ("jitter", jit > 0),
+            )
+            if on
+        )
+        object.__setattr__(self, "random_stages", stages)
         object.__setattr__(self, "jitter", jnp.asarray(jit, jnp.result_type(float)))
         object.__setattr__(self, "delay", delay)
         object.__setattr__(self, "history_length", H)
@@ -239,8 +295,14 @@ class Imperfections:
         """Static: crosstalk was configured at construction (explicit kernel or strength > 0)."""
         return self.crosstalk_groups > 0
 
-    def bind(self, owner: str, layout: tuple, probe_grid: np.ndarray | None, allow_crosstalk: bool,
-             grid_normal=None) -> Imperfections:
+    def bind(
+        self,
+        owner: str,
+        layout: tuple,
+        probe_grid: np.ndarray | None,
+        allow_crosstalk: bool,
+        grid_normal=None,
+    ) -> Imperfections:
         """Resolve layout-dependent static data (kernel radii, spacings); called by sensors.
 
         Raises ``ValueError`` naming the option for crosstalk on a sensor class without it or
@@ -321,8 +383,10 @@ class Imperfections:
         r_v, r_u = self.crosstalk_radius
         s_v, s_u = self.crosstalk_spacing
         G = gaussian_crosstalk_kernel(
-            2 * r_v + 1, 2 * r_u + 1, self.crosstalk_sigma.astype(dtype),
-            spacing=jnp.asarray([s_v, s_u], dtype)
+            2 * r_v + 1,
+            2 * r_u + 1,
+            self.crosstalk_sigma.astype(dtype),
+            spacing=jnp.asarray([s_v, s_u], dtype),
         )
         delta = jnp.zeros_like(G).at[r_v, r_u].set(1.0)
         lam = self.crosstalk_strength.astype(dtype)
@@ -373,9 +437,10 @@ class Imperfections:
         else:
             k_rw, k_n = jax.random.split(key)
         walk = state.walk
-        if k_rw is not None:
+        if k_rw is not None and "random_walk" in self.random_stages:
             walk = walk + rw * jax.random.normal(k_rw, value.shape, dtype)
-            value = value + walk
+        value = value + walk
+        if k_n is not None and "noise" in self.random_stages:
             value = value + nz * jax.random.normal(k_n, value.shape, dtype)
         value = value + jnp.broadcast_to(self.bias.astype(dtype), value.shape)
         res = jnp.broadcast_to(self.resolution.astype(dtype), value.shape)
@@ -397,7 +462,7 @@ class Imperfections:
         if self.history_length > 0:
             return state, ring[: self.history_length]
         slot = jnp.asarray(self.delay_steps)
-        if self.jitter is not None and key is not None:
+        if "jitter" in self.random_stages and key is not None:
             k1, k2 = jax.random.split(jax.random.fold_in(key, 7))
             j = jax.random.uniform(k1, (), value.dtype) * self.jitter.astype(value.dtype) / self.dt
             u = jax.random.uniform(k2, (), value.dtype)

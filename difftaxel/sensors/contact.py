@@ -12,7 +12,7 @@ Common probe options (Genesis names):
   centred on a surface reads its full radius. ``0`` marks a filler probe (ContactProbe and
   KinematicTaxel only): it reads exactly zero / False.
 * ``probe_radius_noise`` (m): the measured branch uses ``max(0, r + (2u - 1) noise)``, ``u``
-  uniform, fresh per probe and step.
+  uniform, fresh per probe and step (drawn only if the sensor was built with noise > 0).
 * ``probe_gain``: scalar or ``[N]``, > 0: measured depth (ContactDepthProbe, ContactProbe) or
   measured penetration before the force model (KinematicTaxel) is multiplied by it.
   ``probe_gain_resample_range=(lo, hi)`` redraws it ``U(lo, hi)`` per probe at every
@@ -153,12 +153,15 @@ def _prepare_common(self, allow_filler):
     object.__setattr__(self, "probe_gain_resample_range", rr)
     object.__setattr__(self, "filter_link_idx", f)
     object.__setattr__(self, "smoothing", sm)
+    object.__setattr__(self, "radius_noise_on", noise > 0)
     imp = Imperfections() if self.imperfections is None else self.imperfections
     if not isinstance(imp, Imperfections):
         raise TypeError(
             f"{name}.imperfections: expected a difftaxel.Imperfections, got {type(imp).__name__}"
         )
-    imp = imp.bind(name, tuple(int(v) for v in layout), flat, allow_crosstalk=name == "KinematicTaxel")
+    imp = imp.bind(
+        name, tuple(int(v) for v in layout), flat, allow_crosstalk=name == "KinematicTaxel"
+    )
     object.__setattr__(self, "imperfections", imp)
 
 
@@ -313,6 +316,7 @@ class ContactDepthProbe:
     smoothing: float = static_field(0.0)
     imperfections: Imperfections | None = None
     layout: tuple = static_field(())
+    radius_noise_on: bool = static_field(False)
 
     def __post_init__(self):
         _prepare_common(self, allow_filler=False)
@@ -333,7 +337,7 @@ class ContactDepthProbe:
         r = self.probe_radius.astype(inputs.T_world_link.dtype)
         active = r > 0
         gt = _depth_branch(self, q, r, active)
-        r_m = noised_radius(r, self.probe_radius_noise, key)
+        r_m = noised_radius(r, self.probe_radius_noise, key if self.radius_noise_on else None)
         m = _depth_branch(self, q, r_m, active) * state.probe_gain
         return m, gt
 
@@ -381,6 +385,7 @@ class ContactProbe:
     smoothing: float = static_field(0.0)
     imperfections: Imperfections | None = None
     layout: tuple = static_field(())
+    radius_noise_on: bool = static_field(False)
 
     def __post_init__(self):
         _prepare_common(self, allow_filler=True)
@@ -466,6 +471,7 @@ class KinematicTaxel:
     smoothing: float = static_field(0.0)
     imperfections: Imperfections | None = None
     layout: tuple = static_field(())
+    radius_noise_on: bool = static_field(False)
 
     def __post_init__(self):
         _prepare_common(self, allow_filler=True)
@@ -550,7 +556,7 @@ class KinematicTaxel:
         r = self.probe_radius.astype(p_link.dtype)
         v_rel, w_rel = self._relative_motion(p_link, inputs)
         F_g, T_g = self._branch(q, v_rel, w_rel, p_link, r, 1.0)
-        r_m = noised_radius(r, self.probe_radius_noise, key)
+        r_m = noised_radius(r, self.probe_radius_noise, key if self.radius_noise_on else None)
         F_m, T_m = self._branch(q, v_rel, w_rel, p_link, r_m, state.probe_gain)
         return TaxelReading(F_m, T_m), TaxelReading(F_g, T_g)
 

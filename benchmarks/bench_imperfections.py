@@ -1,0 +1,126 @@
+"""Cost of the full imperfection chain per step relative to the bare KinematicTaxel.
+
+11 x 11 grid vs a sphere, 1024 environments, one jitted vmapped step each; both measured side
+by side in one run. The chain: radius noise, per-reset gain, Gaussian crosstalk, Maxwell
+hysteresis, random walk, white noise, bias, quantisation, dead taxels, delay with jitter.
+
+Usage: python benchmarks/bench_imperfections.py [--envs 1024]
+Last line: {"chain_over_bare": ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _common import emit, time_jitted  # noqa: E402
+
+import difftaxel as dt  # noqa: E402
+from difftaxel.sensors import KinematicTaxel, make_inputs  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--envs", type=int, default=1024)
+    ap.add_argument("--repeats", type=int, default=9)
+    a = ap.parse_args()
+    grid = dt.generate_grid_points_on_plane(
+        (-0.015, -0.015, 0.005), (0.015, 0.015, 0.005), (0, 0, 1), 11, 11
+    )
+    kw = dict(
+        probe_local_pos=grid,
+        probe_radius=0.002,
+        normal_stiffness=2000.0,
+        normal_damping=50.0,
+        normal_exponent=1.5,
+        shear_scalar=3.0,
+        twist_scalar=0.5,
+    )
+    bare = KinematicTaxel(**kw)
+    full = KinematicTaxel(
+        **kw,
+        probe_radius_noise=1e-4,
+        probe_gain_resample_range=(0.8, 1.2),
+        imperfections=dt.Imperfections(
+            hysteresis_strength=0.5,
+            hysteresis_tau=0.1,
+            crosstalk_strength=0.3,
+            crosstalk_sigma=0.003,
+            dead_taxel_probability=0.02,
+            dead_taxel_value_range=(0, 0.1),
+            noise=1e-3,
+            random_walk=1e-4,
+            bias=5e-4,
+            resolution=5e-4,
+            delay=0.01,
+            jitter=0.001,
+            dt=0.005,
+        ),
+    )
+    deterministic = KinematicTaxel(
+        **kw,
+        probe_gain_resample_range=(0.8, 1.2),
+        imperfections=dt.Imperfections(
+            hysteresis_strength=0.5,
+            hysteresis_tau=0.1,
+            crosstalk_strength=0.3,
+            crosstalk_sigma=0.003,
+            dead_taxel_probability=0.02,
+            dead_taxel_value_range=(0, 0.1),
+            bias=5e-4,
+            resolution=5e-4,
+            delay=0.01,
+            dt=0.005,
+        ),
+    )
+    bodies = dt.Bodies(
+        (dt.Sphere(radius=0.01),),
+        np.array([[0, 0, 0.019, 0, 0, 0, 1.0]]),
+        np.array([[0.08, 0, 0, 0, 0, 1.0]]),
+    )
+    inp = make_inputs(np.array([0, 0, 0.005, 0, 0, 0, 1.0]), bodies, dt=0.005)
+    E = a.envs
+    rng = np.random.default_rng(0)
+    poses = np.tile(bodies.poses[0], (E, 1))
+    poses[:, :2] += rng.uniform(-0.01, 0.01, (E, 2))
+    poses[:, 2] += rng.uniform(-0.0015, 0.0005, E)
+    poses = jnp.asarray(poses, jnp.float32)
+    keys = jax.random.split(jax.random.key(0), E)
+
+    def make_step(sensor):
+        def step(states, poses, keys):
+            def one(st, pose, k):
+                return sensor.step(st, inp.replace(bodies=inp.bodies.with_state(pose[None])), k)
+
+            return jax.vmap(one)(states, poses, keys)
+
+        return step
+
+    times = {}
+    for name, s in (("bare", bare), ("full", full), ("no_random", deterministic)):
+        states = jax.vmap(s.init_state)(keys)
+        c, t = time_jitted(make_step(s), states, poses, keys, repeats=a.repeats)
+        times[name] = t
+        print(f"{name:5s} {E * 121 / t:.3e} taxel-steps/s  compile {c:.2f} s")
+    ratio = times["full"] / times["bare"]
+    ratio_nr = times["no_random"] / times["bare"]
+    print(f"chain / bare = {ratio:.2f}; without per-step random draws = {ratio_nr:.2f}")
+    emit(
+        {
+            "chain_over_bare": ratio,
+            "chain_without_random_draws_over_bare": ratio_nr,
+            "envs": E,
+            "bare_taxel_steps_per_s": E * 121 / times["bare"],
+            "full_taxel_steps_per_s": E * 121 / times["full"],
+        }
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,383 @@
+"""The imperfection chain: each stage against its closed form, Genesis's test scenes 5 and 9,
+rollout == loop, gradients through time, sharding over 8 simulated devices, bad input."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import difftaxel as dt
+from difftaxel.imperfections import Imperfections, crosstalk_correlate
+from difftaxel.rollout import rollout
+from difftaxel.sensors import ContactDepthProbe, KinematicTaxel, SensorInputs, make_inputs
+from difftaxel.testing import assert_trees_close, check_grad_fd
+
+IDENT = np.array([0.0, 0, 0, 0, 0, 0, 1])
+FLOOR = dt.Bodies((dt.Plane(),), IDENT[None])
+PROBE = dict(probe_local_pos=[[0.0, 0.0, -0.05]], probe_radius=0.06)  # depth = 0.11 - z
+
+
+def box_at(z, dt_=0.01):
+    return make_inputs(np.r_[0, 0, z, 0, 0, 0, 1.0], FLOOR, dt=dt_)
+
+
+def stack(inputs):
+    return jax.tree.map(lambda *x: jnp.stack(x), *inputs)
+
+
+def run(sensor, zs, key=None, state=None, dt_=0.01):
+    state = sensor.init_state(key) if state is None else state
+    return rollout(sensor, state, stack([box_at(z, dt_) for z in zs]), key)
+
+
+# ------------------------------------------------------------------------- closed forms
+
+
+def test_hysteresis_step_response_genesis_test5():
+    s, tau, dt_ = 0.5, 0.05, 0.01
+    a = np.exp(-dt_ / tau)
+    hyst = ContactDepthProbe(
+        **PROBE, imperfections=Imperfections(hysteresis_strength=s, hysteresis_tau=tau)
+    )
+    zs = [1.0] + [0.08] * 5
+    _, r = run(hyst, zs)
+    D = 0.11 - 0.08
+    gt = np.asarray(r.ground_truth)[:, 0]
+    m = np.asarray(r.measured)[:, 0]
+    np.testing.assert_allclose(gt[1:], D, atol=1e-14)
+    np.testing.assert_allclose(m[0], 0.0)
+    np.testing.assert_allclose(m[1:], D * (1 + s * a ** np.arange(5)), rtol=1e-12)
+    # steady-state gain 1
+    _, r = run(hyst, [0.08] * 400)
+    np.testing.assert_allclose(np.asarray(r.measured)[-1, 0], D, rtol=1e-12)
+
+
+def test_delay_shift_zeros_first_and_rounding():
+    zs = [0.1, 0.09, 0.08, 0.07, 0.06, 0.05]
+    plain = ContactDepthProbe(**PROBE)
+    gt = np.asarray(run(plain, zs)[1].measured)[:, 0]
+    delayed = ContactDepthProbe(**PROBE, imperfections=Imperfections(delay=0.02, dt=0.01))
+    m = np.asarray(run(delayed, zs)[1].measured)[:, 0]
+    np.testing.assert_allclose(m, np.r_[0, 0, gt[:-2]], atol=1e-15)
+    tiny = ContactDepthProbe(**PROBE, imperfections=Imperfections(delay=0.004, dt=0.01))
+    np.testing.assert_allclose(np.asarray(run(tiny, zs)[1].measured)[:, 0], gt, atol=1e-15)
+
+
+def test_jitter_brackets_between_delayed_and_older():
+    zs = np.linspace(0.1, 0.05, 12)
+    plain = np.asarray(run(ContactDepthProbe(**PROBE), zs)[1].measured)[:, 0]
+    jit = ContactDepthProbe(**PROBE, imperfections=Imperfections(delay=0.01, jitter=0.01, dt=0.01))
+    m = np.asarray(run(jit, zs, key=jax.random.key(3))[1].measured)[:, 0]
+    delayed = np.r_[0, plain[:-1]]
+    older = np.r_[0, 0, plain[:-2]]
+    assert np.all(np.isclose(m, delayed) | np.isclose(m, older))
+    assert np.any(~np.isclose(m, delayed))  # the jitter did move some reads
+
+
+def test_history_newest_first_undelayed():
+    zs = [0.1, 0.09, 0.08]
+    plain = np.asarray(run(ContactDepthProbe(**PROBE), zs)[1].measured)[:, 0]
+    hist = ContactDepthProbe(
+        **PROBE, imperfections=Imperfections(history_length=3, delay=0.01, dt=0.01)
+    )
+    m = np.asarray(run(hist, zs)[1].measured)
+    assert m.shape == (3, 3, 1)
+    np.testing.assert_allclose(m[-1, :, 0], plain[::-1], atol=1e-15)
+    np.testing.assert_allclose(m[0, :, 0], [plain[0], 0, 0], atol=1e-15)
+
+
+def test_quantisation_bias_noise_walk():
+    imp = Imperfections(resolution=0.01, bias=0.0)
+    st = imp.init(None, 4, 1)
+    x = jnp.array([[0.005], [0.015], [0.0249], [-0.005]])  # half to even: 0, 0.02, 0.02, -0
+    _, y = imp.apply_hardware(st, x, None)
+    np.testing.assert_allclose(y[:, 0], [0.0, 0.02, 0.02, 0.0], atol=1e-15)
+    g = jax.grad(lambda x: imp.apply_hardware(st, x, None)[1].sum())(x)
+    np.testing.assert_array_equal(g, 0.0)  # plain rounding: zero gradient
+    ste = Imperfections(resolution=0.01, straight_through=True)
+    g = jax.grad(lambda x: ste.apply_hardware(st, x, None)[1].sum())(x)
+    np.testing.assert_array_equal(g, 1.0)
+    # bias and noise: mean and std over many channels; reparameterised gradient in noise
+    big = Imperfections(noise=0.2, bias=0.5)
+    sb = big.init(None, 2000, 3)
+    _, y = big.apply_hardware(sb, jnp.zeros((2000, 3)), jax.random.key(0))
+    assert abs(float(y.mean()) - 0.5) < 0.01 and abs(float(y.std()) - 0.2) < 0.01
+    gn = jax.grad(
+        lambda n: jnp.sum(
+            big.replace(noise=n).apply_hardware(sb, jnp.zeros((2000, 3)), jax.random.key(0))[1] ** 2
+        )
+    )(0.2)
+    assert np.isfinite(gn) and gn > 0
+    # random walk: the offset accumulates, variance ~ k sigma^2
+    rw = Imperfections(random_walk=0.1)
+    s = rw.init(None, 5000, 1)
+    for k in range(4):
+        s, y = rw.apply_hardware(s, jnp.zeros((5000, 1)), jax.random.key(10 + k))
+    assert abs(float(y.std()) - 0.1 * 2.0) < 0.01
+
+
+def test_dead_taxels_every_channel_and_resample():
+    imp = Imperfections(dead_taxel_probability=1.0, dead_taxel_value_range=(0.123, 0.456))
+    st = imp.init(jax.random.key(0), 8, 6)
+    _, y = imp.apply_hardware(st, jnp.ones((8, 6)), None)
+    assert np.all((y >= 0.123) & (y <= 0.456))
+    np.testing.assert_allclose(y, np.repeat(np.asarray(y[:, :1]), 6, 1))
+    st2 = imp.init(jax.random.key(1), 8, 6)
+    assert not np.allclose(st.dead_value, st2.dead_value)
+    half = Imperfections(dead_taxel_probability=0.5, dead_taxel_value_range=(0.0, 0.0))
+    frac = float(half.init(jax.random.key(2), 4000, 1).dead.mean())
+    assert 0.45 < frac < 0.55
+
+
+def test_genesis_test5_gain_and_dead_resample_over_envs():
+    """Genesis test 5: gain resample (0.5, 1.5) and dead p = 1 in [0.123, 0.456] over 8 envs."""
+    E = 8
+    keys = jax.random.split(jax.random.key(0), E)
+    gain = ContactDepthProbe(**PROBE, probe_gain_resample_range=(0.5, 1.5))
+    dead = ContactDepthProbe(
+        **PROBE,
+        imperfections=Imperfections(
+            dead_taxel_probability=1.0, dead_taxel_value_range=(0.123, 0.456)
+        ),
+    )
+    inp = box_at(0.08)
+
+    def one(sensor, k):
+        st = sensor.init_state(k)
+        return sensor.step(st, inp, k)[1]
+
+    for k0 in (0, 1):  # a second reset redraws both
+        keys = jax.random.split(jax.random.key(k0), E)
+        rg = jax.vmap(lambda k: one(gain, k))(keys)
+        ratio = np.asarray(rg.measured / rg.ground_truth)[:, 0]
+        assert np.all((ratio >= 0.5) & (ratio <= 1.5)) and ratio.std() > 0.01
+        rd = jax.vmap(lambda k: one(dead, k))(keys)
+        v = np.asarray(rd.measured)[:, 0]
+        assert np.all((v >= 0.123) & (v <= 0.456)) and v.std() > 0.01
+        assert np.all(np.asarray(rd.ground_truth) > 0)
+
+
+# ------------------------------------------------------------------------- crosstalk
+
+
+def test_crosstalk_correlate_matches_direct_sum():
+    rng = np.random.default_rng(0)
+    f = rng.standard_normal((5, 6, 2))
+    K = rng.standard_normal((3, 5))
+    out = np.asarray(crosstalk_correlate(jnp.asarray(f), jnp.asarray(K)))
+    pad = np.pad(f, ((1, 1), (2, 2), (0, 0)))
+    ref = sum(K[i, j] * pad[i : i + 5, j : j + 6] for i in range(3) for j in range(5))
+    np.testing.assert_allclose(out, ref, atol=1e-12)
+
+
+@pytest.fixture(scope="module")
+def crosstalk_scene():
+    """Genesis test 9: fixed box 0.2 (top 0.25), sphere r 0.025 1 cm in, 5x5 grid pitch 0.03."""
+    grid = np.stack(np.meshgrid(np.arange(5), np.arange(5), indexing="xy"), -1)
+    grid = np.concatenate([(grid - 2) * 0.03, np.full((5, 5, 1), 0.1)], -1)
+    sphere = dt.Bodies((dt.Sphere(radius=0.025),), np.array([[0, 0, 0.265, 0, 0, 0, 1.0]]))
+    inp = make_inputs(np.array([0, 0, 0.15, 0, 0, 0, 1.0]), sphere)
+    kw = dict(
+        probe_local_pos=grid,
+        probe_radius=0.02,
+        normal_stiffness=100.0,
+        normal_damping=0.0,
+        shear_scalar=0.0,
+        twist_scalar=0.0,
+    )
+    return grid, inp, kw
+
+
+def _read(sensor, inp):
+    return sensor.step(sensor.init_state(), inp)[1]
+
+
+def test_genesis_test9_crosstalk(crosstalk_scene):
+    grid, inp, kw = crosstalk_scene
+    blur = np.array([[0.03, 0.07, 0.03], [0.07, 0.6, 0.07], [0.03, 0.07, 0.03]])
+    plain = _read(KinematicTaxel(**kw), inp)
+    gauss_s = KinematicTaxel(
+        **kw, imperfections=Imperfections(crosstalk_strength=0.6, crosstalk_sigma=0.03)
+    )
+    assert gauss_s.imperfections.crosstalk_radius == (4, 4)  # 9x9 from the float32 spacing
+    gauss = _read(gauss_s, inp)
+    lam0 = _read(
+        KinematicTaxel(
+            **kw, imperfections=Imperfections(crosstalk_strength=0.0, crosstalk_sigma=0.05)
+        ),
+        inp,
+    )
+    flat = _read(KinematicTaxel(**{**kw, "probe_local_pos": grid.reshape(-1, 3)}), inp)
+    ident = _read(
+        KinematicTaxel(**kw, imperfections=Imperfections(crosstalk_kernel=np.pad([[1.0]], 1))), inp
+    )
+    blurred = _read(KinematicTaxel(**kw, imperfections=Imperfections(crosstalk_kernel=blur)), inp)
+    normal_blur = _read(
+        KinematicTaxel(
+            **kw, imperfections=Imperfections(crosstalk_kernel=np.stack([blur, np.pad([[1.0]], 1)]))
+        ),
+        inp,
+    )
+    shear_blur = _read(
+        KinematicTaxel(
+            **kw, imperfections=Imperfections(crosstalk_kernel=np.stack([np.pad([[1.0]], 1), blur]))
+        ),
+        inp,
+    )
+    Fz = lambda r: np.asarray(r.measured.force)[..., 2]  # noqa: E731
+    for r in (gauss, lam0, ident, blurred):
+        np.testing.assert_array_equal(r.ground_truth.force, plain.ground_truth.force)
+    np.testing.assert_array_equal(plain.measured.force, plain.ground_truth.force)
+    p = Fz(plain)
+    assert np.unravel_index(np.argmax(np.abs(p)), p.shape) == (2, 2)
+    assert np.abs(Fz(gauss)).max() < np.abs(p).max()
+    assert abs(p[0, 0]) < 1e-4 and abs(Fz(gauss)[0, 0]) > 1e-4
+    np.testing.assert_allclose(Fz(gauss).sum(), p.sum(), rtol=0.05)
+    np.testing.assert_array_equal(Fz(lam0), p)
+    np.testing.assert_array_equal(
+        np.asarray(flat.ground_truth.force).reshape(5, 5, 3), plain.ground_truth.force
+    )
+    np.testing.assert_allclose(ident.measured.force, plain.measured.force, atol=1e-6)
+    assert np.abs(Fz(blurred)).max() < np.abs(p).max()
+    np.testing.assert_allclose(Fz(blurred).sum(), p.sum(), rtol=0.05)
+    assert np.abs(Fz(normal_blur) - p).max() > 1e-4
+    np.testing.assert_allclose(Fz(shear_blur), p, atol=1e-6)
+
+
+def test_crosstalk_gradient_in_sigma_and_strength(crosstalk_scene):
+    _, inp, kw = crosstalk_scene
+    s = KinematicTaxel(
+        **kw, imperfections=Imperfections(crosstalk_strength=0.6, crosstalk_sigma=0.03)
+    )
+    st = s.init_state()
+
+    def f(params):
+        lam, sig = params
+        imp = s.imperfections.replace(crosstalk_strength=lam, crosstalk_sigma=sig)
+        r = s.replace(imperfections=imp).step(st, inp)[1].measured.force
+        return jnp.sum(r[..., 2] * jnp.linspace(0.1, 1.0, 25).reshape(5, 5))
+
+    check_grad_fd(
+        jax.jit(f), (jnp.asarray(0.6), jnp.asarray(0.03)), step=1e-7, rtol=1e-4, atol=1e-9
+    )
+
+
+# ------------------------------------------------------------------------- rollout
+
+
+def test_rollout_equals_loop_and_gradient_through_time():
+    s = KinematicTaxel(
+        probe_local_pos=[[0.0, 0, 0], [0.004, 0, 0]],
+        probe_radius=0.002,
+        normal_exponent=1.5,
+        imperfections=Imperfections(
+            hysteresis_strength=0.5, hysteresis_tau=0.05, noise=1e-3, bias=1e-4
+        ),
+    )
+    T = 50
+    zs = 0.0115 - 0.001 * np.sin(np.linspace(0, 3 * np.pi, T)) ** 2
+    b = dt.Bodies(
+        (dt.Sphere(radius=0.01),),
+        np.array([[0.001, 0, 0.0115, 0, 0, 0, 1]]),
+        np.array([[0.01, 0, 0, 0, 0, 0.5]]),
+    )
+    seq = stack([make_inputs(IDENT, b.with_state(b.poses.at[0, 2].set(z)), dt=0.01) for z in zs])
+    key = jax.random.key(0)
+    st0 = s.init_state(key)
+    final, r = jax.jit(lambda st, seq, k: rollout(s, st, seq, k))(st0, seq, key)
+    keys = jax.random.split(key, T)
+    st = st0
+    loop = []
+    step = jax.jit(s.step)
+    for t in range(T):
+        st, rt = step(st, jax.tree.map(lambda x, t=t: x[t], seq), keys[t])
+        loop.append(rt)
+    loop = jax.tree.map(lambda *x: jnp.stack(x), *loop)
+    assert_trees_close(r, loop, rtol=1e-6, atol=1e-12)
+    assert_trees_close(final, st, rtol=1e-6, atol=1e-12)
+    _, rc = rollout(s, st0, seq, key, checkpoint=True)
+    assert_trees_close(rc, r, rtol=1e-12, atol=1e-15)
+
+    def loss(params):
+        strength, tau = params
+        imp = s.imperfections.replace(hysteresis_strength=strength, hysteresis_tau=tau)
+        _, rr = rollout(s.replace(imperfections=imp), st0, seq, key, checkpoint=True)
+        return jnp.sum(rr.measured.force[..., 2] * jnp.linspace(0, 1, T)[:, None])
+
+    check_grad_fd(
+        jax.jit(loss), (jnp.asarray(0.5), jnp.asarray(0.05)), step=1e-6, rtol=1e-4, atol=1e-10
+    )
+
+
+def test_same_key_same_readings_reset_redraws():
+    s = ContactDepthProbe(
+        **PROBE,
+        probe_gain_resample_range=(0.5, 1.5),
+        imperfections=Imperfections(noise=1e-3, random_walk=1e-4),
+    )
+    a = run(s, [0.08] * 5, key=jax.random.key(7))[1].measured
+    b = run(s, [0.08] * 5, key=jax.random.key(7))[1].measured
+    c = run(s, [0.08] * 5, key=jax.random.key(8))[1].measured
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+
+
+def test_sharding_8_devices_matches_one():
+    """Run in a subprocess with 8 simulated CPU devices (XLA flag must precede JAX import)."""
+    code = pathlib.Path(__file__).with_name("_shard_check.py")
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
+    )
+    out = subprocess.run(
+        [sys.executable, str(code)], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SHARDED_OK devices=8" in out.stdout, out.stdout
+
+
+# ------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(hysteresis_strength=0.5, hysteresis_tau=0.0), "hysteresis_tau: expected > 0"),
+        (dict(crosstalk_kernel=np.ones((2, 3))), "odd kernel sizes"),
+        (dict(crosstalk_kernel=np.ones((4, 3, 3))), r"crosstalk_kernel: expected shape"),
+        (
+            dict(crosstalk_kernel=np.ones((3, 3)), crosstalk_strength=0.5, crosstalk_sigma=0.01),
+            "excludes crosstalk_strength",
+        ),
+        (dict(crosstalk_strength=0.5), "crosstalk_sigma: expected > 0"),
+        (dict(jitter=0.02, delay=0.01, dt=0.01), "jitter: expected <= delay"),
+        (dict(jitter=0.02, delay=0.05, dt=0.01), "jitter: expected <= dt"),
+        (dict(delay=0.02), "dt: expected the sensor step"),
+        (dict(dead_taxel_probability=1.5), "dead_taxel_probability: expected <= 1"),
+        (dict(dead_taxel_probability=-0.1), "dead_taxel_probability: expected >= 0"),
+        (dict(noise=-1.0), "noise: expected >= 0"),
+        (dict(dead_taxel_value_range=(1.0, 0.0)), "dead_taxel_value_range"),
+    ],
+)
+def test_bad_options(kw, match):
+    with pytest.raises(ValueError, match=match):
+        Imperfections(**kw)
+
+
+def test_bad_crosstalk_layouts():
+    imp = Imperfections(crosstalk_strength=0.5, crosstalk_sigma=0.01)
+    with pytest.raises(ValueError, match="crosstalk needs a grid layout"):
+        KinematicTaxel(probe_local_pos=np.zeros((4, 3)), imperfections=imp)
+    with pytest.raises(ValueError, match="crosstalk is not applied to ContactDepthProbe"):
+        ContactDepthProbe(probe_local_pos=np.zeros((2, 2, 3)), imperfections=imp)
+    with pytest.raises(ValueError, match="probe_gain: expected > 0"):
+        KinematicTaxel(probe_gain=-1.0)
+    with pytest.raises(TypeError, match="imperfections: expected"):
+        KinematicTaxel(imperfections=dict(noise=1.0))
+    assert isinstance(SensorInputs, type)
