@@ -62,7 +62,8 @@ class Shape:
     def sdf_local(self, p: Array) -> tuple[Array, Array]:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def aabb_local(self) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - interface
+    def aabb_local(self):  # pragma: no cover - interface
+        """``(lo [3], hi [3])``: the shape's box in its own frame (m); traceable."""
         raise NotImplementedError
 
 
@@ -88,8 +89,8 @@ class Sphere(Shape):
         return d - self.radius, p / jnp.maximum(d, _eps(p.dtype))[..., None]
 
     def aabb_local(self):
-        r = float(self.radius)
-        return -np.full(3, r), np.full(3, r)
+        r = jnp.broadcast_to(jnp.asarray(self.radius), (3,))
+        return -r, r
 
 
 @pytree_dataclass
@@ -159,7 +160,7 @@ class Box(Shape):
         return sd, jnp.where(outside, n_out, n_in)
 
     def aabb_local(self):
-        h = 0.5 * np.asarray(self.size, dtype=float)
+        h = 0.5 * jnp.asarray(self.size)
         return -h, h
 
 
@@ -190,8 +191,9 @@ class Capsule(Shape):
         return safe_norm(d) - self.radius, safe_normalize(d)
 
     def aabb_local(self):
-        r, hl = float(self.radius), 0.5 * float(self.length)
-        return -np.array([r, r, r + hl]), np.array([r, r, r + hl])
+        r, hl = jnp.asarray(self.radius), 0.5 * jnp.asarray(self.length)
+        e = jnp.stack([r, r, r + hl])
+        return -e, e
 
 
 @pytree_dataclass
@@ -229,8 +231,9 @@ class Cylinder(Shape):
         return sd, jnp.where(outside, n_out, n_in)
 
     def aabb_local(self):
-        r, hh = float(self.radius), 0.5 * float(self.height)
-        return -np.array([r, r, hh]), np.array([r, r, hh])
+        r, hh = jnp.asarray(self.radius), 0.5 * jnp.asarray(self.height)
+        e = jnp.stack([r, r, hh])
+        return -e, e
 
 
 def shape_sdf_world(shape, T_world_body: Array, p_world: Array) -> tuple[Array, Array]:

@@ -2,10 +2,15 @@
 
 from .base import Reading, SensorInputs, TaxelReading, make_inputs
 from .contact import ContactDepthProbe, ContactProbe, KinematicTaxel, ProbeState
+from .pointcloud import ElastomerTaxel, PointCloudState, ProximityTaxel, TrackedPoints
 
 __all__ = [
     "ContactDepthProbe",
     "ContactProbe",
+    "ElastomerTaxel",
+    "PointCloudState",
+    "ProximityTaxel",
+    "TrackedPoints",
     "KinematicTaxel",
     "ProbeState",
     "Reading",

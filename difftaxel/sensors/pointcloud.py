@@ -1,0 +1,748 @@
+"""Point-cloud tactile sensors: ProximityTaxel and ElastomerTaxel (HydroShear-style).
+
+Formulas, defaults and quirks follow Genesis World 1.4.5 (``GENESIS_MODELS.md`` sections 7-8).
+Neither sensor is contact-gated: every body of ``inputs.bodies`` with ``inputs.body_mask``
+True is tracked (Genesis: the ``track_link_idx`` links).
+
+Tracked point clouds are sampled once (:func:`difftaxel.sample_surface_points`, Genesis's
+area-weighted + farthest-point procedure) and passed as a :class:`TrackedPoints`: positions in
+each body's frame, grouped by body.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import pose as _pose
+from .._numerics import cross, dot, safe_norm, safe_pow
+from .._numerics import eps as _eps
+from .._pytree import pytree_dataclass, replace, static_field
+from ..imperfections import ChainState, Imperfections, grid_metadata
+from .base import Reading, SensorInputs, TaxelReading, check_inputs_trace, noised_radius
+
+Array = jax.Array
+
+__all__ = [
+    "TrackedPoints",
+    "ProximityTaxel",
+    "ElastomerTaxel",
+    "PointCloudState",
+    "elastomer_layer_kernel",
+]
+
+
+@pytree_dataclass
+class TrackedPoints:
+    """Surface points of the tracked bodies, in each body's frame.
+
+    Attributes:
+      points: ``[M, 3]`` positions (m), body frames, grouped by body in ``segments`` order.
+      segments: static tuple of ``(body_index, count)``: the first ``count`` points belong to
+        ``body_index``, the next group to the next entry, ...
+    """
+
+    points: Array
+    segments: tuple = static_field(())
+
+    def __post_init__(self):
+        p = np.asarray(self.points, dtype=float)
+        if p.ndim != 2 or p.shape[1] != 3 or p.shape[0] == 0:
+            raise ValueError(f"TrackedPoints.points: expected shape (M, 3), M > 0, got {p.shape}")
+        if not np.all(np.isfinite(p)):
+            raise ValueError("TrackedPoints.points: expected finite values")
+        seg = tuple((int(b), int(c)) for b, c in self.segments)
+        if sum(c for _, c in seg) != p.shape[0] or any(c < 0 or b < 0 for b, c in seg):
+            raise ValueError(
+                f"TrackedPoints.segments: counts must be >= 0 and sum to {p.shape[0]} points, "
+                f"got {seg}"
+            )
+        object.__setattr__(self, "points", jnp.asarray(p, jnp.result_type(float)))
+        object.__setattr__(self, "segments", seg)
+
+    @classmethod
+    def from_body_index(cls, points, body_index):
+        """Build from ``points [M, 3]`` and an integer ``body_index [M]`` (points regrouped)."""
+        p = np.asarray(points, dtype=float)
+        b = np.asarray(body_index).astype(int)
+        if b.shape != (p.shape[0],):
+            raise ValueError(f"body_index: expected shape ({p.shape[0]},), got {b.shape}")
+        order = np.argsort(b, kind="stable")
+        bodies, counts = np.unique(b[order], return_counts=True)
+        return cls(points=p[order], segments=tuple(zip(bodies.tolist(), counts.tolist())))
+
+    @property
+    def n_points(self) -> int:
+        return self.points.shape[0]
+
+    def body_array(self) -> np.ndarray:
+        return np.concatenate([np.full(c, b) for b, c in self.segments]).astype(np.int32)
+
+    def world(self, inputs: SensorInputs, dtype):
+        """World positions ``[M, 3]``, velocities ``[M, 3]``, angular velocities ``[M, 3]`` and
+        the per-point body mask ``[M]`` (static slices per segment)."""
+        bodies = inputs.bodies
+        pos, vel, ang, msk = [], [], [], []
+        start = 0
+        for b, c in self.segments:
+            if b >= bodies.num_bodies:
+                raise ValueError(
+                    f"TrackedPoints.segments: body {b} but inputs.bodies has "
+                    f"{bodies.num_bodies} bodies"
+                )
+            T = bodies.poses[b].astype(dtype)
+            tw = bodies.twists[b].astype(dtype)
+            R = _pose.quat_to_matrix(T[3:])
+            p = _pose.matrix_apply(R, T[:3], self.points[start : start + c].astype(dtype))
+            pos.append(p)
+            vel.append(tw[None, :3] + cross(tw[None, 3:], p - T[None, :3]))
+            ang.append(jnp.broadcast_to(tw[3:], (c, 3)))
+            msk.append(jnp.broadcast_to(jnp.asarray(inputs.body_mask)[b], (c,)))
+            start += c
+        return (
+            jnp.concatenate(pos),
+            jnp.concatenate(vel),
+            jnp.concatenate(ang),
+            jnp.concatenate(msk),
+        )
+
+
+def _prep_normals(name, normal, n):
+    a = np.asarray(normal, dtype=float)
+    if a.shape == (3,):
+        a = np.broadcast_to(a, (n, 3))
+    elif a.ndim >= 2 and a.shape[-1] == 3 and a.reshape(-1, 3).shape[0] == n:
+        a = a.reshape(n, 3)
+    else:
+        raise ValueError(
+            f"{name}.probe_local_normal: expected shape (3,) or ({n}, 3), got {a.shape}"
+        )
+    nrm = np.linalg.norm(a, axis=-1, keepdims=True)
+    if np.any(nrm < 1e-12) or not np.all(np.isfinite(a)):
+        raise ValueError(f"{name}.probe_local_normal: expected non-zero finite vectors")
+    return a / nrm
+
+
+def _prep_layout(name, pos):
+    p = np.asarray(pos, dtype=float)
+    if p.ndim not in (2, 3) or p.shape[-1] != 3 or p.size == 0:
+        raise ValueError(
+            f"{name}.probe_local_pos: expected shape (N, 3) or (ny, nx, 3), got {p.shape}"
+        )
+    if not np.all(np.isfinite(p)):
+        raise ValueError(f"{name}.probe_local_pos: expected finite values")
+    return p.reshape(-1, 3), tuple(int(v) for v in p.shape[:-1])
+
+
+def _per_probe(name, v, n, *, positive=False, allow_zero=True):
+    a = np.asarray(v, dtype=float)
+    if a.ndim and a.size != n:
+        raise ValueError(f"{name}: expected a scalar or {n} values, got shape {a.shape}")
+    a = np.broadcast_to(a.reshape(-1) if a.ndim else a, (n,)).copy()
+    bad = (a <= 0) if (positive and not allow_zero) else (a < 0)
+    if not np.all(np.isfinite(a)) or np.any(bad):
+        rel = "> 0" if (positive and not allow_zero) else ">= 0"
+        raise ValueError(f"{name}: expected {rel}, got min {a.min()}")
+    return a
+
+
+def _scalar(name, v, lo=None, strict=False):
+    x = float(np.asarray(v))
+    if not math.isfinite(x) or (lo is not None and (x <= lo if strict else x < lo)):
+        raise ValueError(
+            f"{name}: expected a finite value {'>' if strict else '>='} {lo}, got {v!r}"
+        )
+    return jnp.asarray(x, jnp.result_type(float))
+
+
+@pytree_dataclass
+class PointCloudState:
+    """Per-episode state of a point-cloud sensor (one environment).
+
+    Attributes:
+      probe_gain: ``[N]`` gain this episode.
+      anchored: ``[M]`` bool, ElastomerTaxel shear anchors (empty for ProximityTaxel).
+      anchor_entry: ``[M, 3]`` anchor positions in the sensor link frame (m).
+      chain: imperfection-chain state.
+    """
+
+    probe_gain: Array
+    anchored: Array
+    anchor_entry: Array
+    chain: ChainState
+
+
+def _check_track(name, track):
+    if not isinstance(track, TrackedPoints):
+        raise TypeError(f"{name}.track_points: expected TrackedPoints, got {type(track).__name__}")
+
+
+def _init_pc_state(sensor, key, n_channels, n_anchor) -> PointCloudState:
+    g = sensor.probe_gain
+    k_gain = k_chain = None
+    if key is not None:
+        k_gain, k_chain = jax.random.split(key)
+    if sensor.probe_gain_resample_range is not None:
+        if key is None:
+            raise ValueError(f"key: {type(sensor).__name__}.init_state needs a PRNG key")
+        lo, hi = sensor.probe_gain_resample_range
+        g = jax.random.uniform(k_gain, g.shape, g.dtype, lo, hi)
+    chain = sensor.imperfections.init(k_chain, g.shape[0], n_channels, g.dtype)
+    return PointCloudState(
+        probe_gain=g,
+        anchored=jnp.zeros((n_anchor,), bool),
+        anchor_entry=jnp.zeros((n_anchor, 3), g.dtype),
+        chain=chain,
+    )
+
+
+def _split3(key):
+    if key is None:
+        return None, None, None
+    k = jax.random.split(key, 3)
+    return k[0], k[1], k[2]
+
+
+def _common_post(self, name, allow_crosstalk, grid_normal=None):
+    flat, layout = _prep_layout(name, self.probe_local_pos)
+    n = flat.shape[0]
+    dt = jnp.result_type(float)
+    g = _per_probe(f"{name}.probe_gain", self.probe_gain, n, positive=True, allow_zero=False)
+    rr = self.probe_gain_resample_range
+    if rr is not None:
+        rr = tuple(float(v) for v in rr)
+        if len(rr) != 2 or not (0 < rr[0] <= rr[1]):
+            raise ValueError(
+                f"{name}.probe_gain_resample_range: expected (lo, hi), 0 < lo <= hi, got {rr}"
+            )
+    _check_track(name, self.track_points)
+    imp = Imperfections() if self.imperfections is None else self.imperfections
+    if not isinstance(imp, Imperfections):
+        raise TypeError(f"{name}.imperfections: expected a difftaxel.Imperfections")
+    imp = imp.bind(name, layout, flat, allow_crosstalk=allow_crosstalk, grid_normal=grid_normal)
+    object.__setattr__(self, "probe_local_pos", jnp.asarray(flat, dt))
+    object.__setattr__(self, "probe_gain", jnp.asarray(g, dt))
+    object.__setattr__(self, "probe_gain_resample_range", rr)
+    object.__setattr__(self, "layout", layout)
+    object.__setattr__(self, "imperfections", imp)
+    return flat, layout, n
+
+
+# =============================================================================== proximity
+
+
+@pytree_dataclass
+class ProximityTaxel:
+    """Force and torque per probe from the tracked points inside its sensing sphere.
+
+    Per probe at world position ``p`` with world unit normal ``a = R n / (|R n| + eps)``, every
+    tracked point at distance ``0 < d <= R`` contributes ``P = R - d``:
+    ``S = sum P``, ``V = sum P v_t`` (tangential velocity of the point relative to the taxel),
+    ``W = sum P (w_obj - w_link) . a``. With ``kappa = density_scalar / max(1, M)``:
+
+    * ``F = stiffness kappa S a + shear_coupling kappa V`` (world; along **+ the probe
+      normal**, out of the sensor, unlike KinematicTaxel);
+    * ``T = (p - x_link) x F - twist_scalar (W / S) a`` (about the link origin; the twist term
+      is 0 when ``S <= eps``).
+
+    Outputs are rotated into the link frame: ``TaxelReading`` of ``[*layout, 3]`` arrays. The
+    measured branch uses the noised radius and multiplies ``S`` and ``V`` by ``probe_gain``.
+    Points are processed in chunks of ``point_chunk`` (static), bounding memory at
+    ``N * point_chunk`` pairs per environment.
+
+    ``smoothing`` (m, default 0 = exact) weights the twist term by ``S / (S + smoothing^2)``
+    instead of switching it on with the first point.
+    """
+
+    probe_local_pos: Array
+    track_points: TrackedPoints
+    probe_radius: Array = 0.01
+    probe_radius_noise: Array = 0.0
+    probe_local_normal: Array = (0.0, 0.0, 1.0)
+    stiffness: Array = 100.0
+    shear_coupling: Array = 0.0
+    twist_scalar: Array = 1.0
+    density_scalar: Array = 100.0
+    probe_gain: Array = 1.0
+    probe_gain_resample_range: tuple | None = static_field(None)
+    imperfections: Imperfections | None = None
+    point_chunk: int = static_field(256)
+    smoothing: float = static_field(0.0)
+    layout: tuple = static_field(())
+    radius_noise_on: bool = static_field(False)
+    shear_on: bool = static_field(False)
+
+    def __post_init__(self):
+        name = "ProximityTaxel"
+        flat, layout = _prep_layout(name, self.probe_local_pos)
+        n = flat.shape[0]
+        nrm = _prep_normals(name, self.probe_local_normal, n)
+        gn = nrm.mean(0)
+        gn = gn / max(np.linalg.norm(gn), 1e-300)
+        _common_post(self, name, allow_crosstalk=True, grid_normal=gn)
+        r = _per_probe(
+            f"{name}.probe_radius", self.probe_radius, n, positive=True, allow_zero=False
+        )
+        noise = float(_scalar(f"{name}.probe_radius_noise", self.probe_radius_noise, 0))
+        dt = jnp.result_type(float)
+        object.__setattr__(self, "probe_radius", jnp.asarray(r, dt))
+        object.__setattr__(self, "probe_radius_noise", jnp.asarray(noise, dt))
+        object.__setattr__(self, "probe_local_normal", jnp.asarray(nrm, dt))
+        for f in ("stiffness", "shear_coupling", "twist_scalar"):
+            object.__setattr__(self, f, _scalar(f"{name}.{f}", getattr(self, f), 0))
+        object.__setattr__(
+            self, "density_scalar", _scalar(f"{name}.density_scalar", self.density_scalar, 0)
+        )
+        if int(self.point_chunk) < 1:
+            raise ValueError(f"{name}.point_chunk: expected >= 1, got {self.point_chunk}")
+        object.__setattr__(self, "radius_noise_on", noise > 0)
+        object.__setattr__(self, "shear_on", float(self.shear_coupling) > _eps(np.float64))
+        sm = float(self.smoothing)
+        if not sm >= 0:
+            raise ValueError(f"{name}.smoothing: expected >= 0, got {sm}")
+
+    @property
+    def n_probes(self) -> int:
+        return self.probe_local_pos.shape[0]
+
+    def init_state(self, key=None) -> PointCloudState:
+        """Per-episode state (a reset): gains and dead taxels drawn from ``key`` if configured."""
+        return _init_pc_state(self, key, 6, 0)
+
+    def _accumulate(self, inputs: SensorInputs, radii: Array):
+        """``S [B, N]``, ``V [B, N, 3]``, ``W [B, N]`` for each radius branch ``radii [B, N]``."""
+        T = inputs.T_world_link
+        dtype = T.dtype
+        R = _pose.quat_to_matrix(T[3:])
+        p = _pose.matrix_apply(R, T[:3], self.probe_local_pos.astype(dtype))  # [N, 3]
+        a = _pose.matrix_apply(R, jnp.zeros(3, dtype), self.probe_local_normal.astype(dtype))
+        a = a / (safe_norm(a, keepdims=True) + _eps(dtype))
+        tl = inputs.twist_link.astype(dtype)
+        v_tax = tl[None, :3] + cross(tl[None, 3:], p - T[None, :3])
+        pts, vel, ang, msk = self.track_points.world(inputs, dtype)
+        M = pts.shape[0]
+        C = min(int(self.point_chunk), M)
+        pad = (-M) % C
+        if pad:
+            far = jnp.full((pad, 3), 1e6, dtype)
+            pts = jnp.concatenate([pts, far])
+            vel = jnp.concatenate([vel, jnp.zeros((pad, 3), dtype)])
+            ang = jnp.concatenate([ang, jnp.zeros((pad, 3), dtype)])
+            msk = jnp.concatenate([msk, jnp.zeros((pad,), bool)])
+        chunks = (
+            pts.reshape(-1, C, 3),
+            vel.reshape(-1, C, 3),
+            ang.reshape(-1, C, 3),
+            msk.reshape(-1, C),
+        )
+        B, N = radii.shape
+        eps = _eps(dtype)
+        r2 = (radii * radii)[:, :, None]  # [B, N, 1]
+
+        def body(carry, ch):
+            S, V, W = carry
+            cp, cv, ca, cm = ch
+            d = cp[None] - p[:, None]  # [N, C, 3]
+            dist2 = jnp.sum(d * d, -1)
+            dist = safe_norm(d)
+            v_rel = cv[None] - v_tax[:, None]
+            v_t = v_rel - a[:, None] * dot(v_rel, a[:, None], keepdims=True)
+            w_c = dot(ca[None] - tl[None, None, 3:], a[:, None])  # [N, C]
+            hit = (dist2[None] <= r2) & (dist[None] > eps) & cm[None, None]  # [B, N, C]
+            P = jnp.where(hit, radii[:, :, None] - dist[None], 0.0)
+            S = S + jnp.sum(P, -1)
+            V = V + jnp.einsum("bnc,nck->bnk", P, v_t)
+            W = W + jnp.sum(P * w_c[None], -1)
+            return (S, V, W), None
+
+        init = (jnp.zeros((B, N), dtype), jnp.zeros((B, N, 3), dtype), jnp.zeros((B, N), dtype))
+        (S, V, W), _ = jax.lax.scan(body, init, chunks)
+        return S, V, W, p, a, R
+
+    def forces(self, state: PointCloudState, inputs: SensorInputs, key=None):
+        """Flat ``(measured, ground_truth)`` :class:`TaxelReading` with ``[N, 3]`` arrays."""
+        check_inputs_trace(inputs)
+        dtype = inputs.T_world_link.dtype
+        r = self.probe_radius.astype(dtype)
+        r_m = noised_radius(r, self.probe_radius_noise, key if self.radius_noise_on else None)
+        S, V, W, p, a, R = self._accumulate(inputs, jnp.stack([r, r_m]))
+        eps = _eps(dtype)
+        kappa = self.density_scalar / max(1, self.track_points.n_points)
+        out = []
+        for b, gain in ((0, 1.0), (1, state.probe_gain)):
+            Sb, Vb, Wb = S[b], V[b], W[b]
+            pos = Sb > eps
+            wbar = jnp.where(pos, Wb / jnp.where(pos, Sb, 1.0), 0.0)
+            if self.smoothing > 0:
+                wbar = Wb / (Sb + self.smoothing**2)
+            if b:
+                Sg, Vg = Sb * gain, Vb * gain[:, None]
+            else:
+                Sg, Vg = Sb, Vb
+            F = self.stiffness * kappa * Sg[:, None] * a
+            if self.shear_on:
+                F = F + self.shear_coupling * kappa * Vg
+            Tq = cross(p - inputs.T_world_link[None, :3], F) - self.twist_scalar * wbar[:, None] * a
+            out.append(TaxelReading(F @ R, Tq @ R))  # rows times R = R^T v
+        return out[1], out[0]
+
+    def step(self, state: PointCloudState, inputs: SensorInputs, key=None):
+        """One reading: force (N) and torque (N*m), ``[*layout, 3]``, sensor link frame."""
+        k_r, k_hw, k_d = _split3(key)
+        m, g = self.forces(state, inputs, k_r)
+        imp = self.imperfections
+        v = jnp.concatenate([m.force, m.torque], axis=-1)
+        v = imp.apply_crosstalk(v, jnp.ones((v.shape[0],), bool))
+        chain, v = imp.apply_hysteresis(state.chain, v, inputs.dt)
+        chain, v = imp.apply_hardware(chain, v, k_hw)
+        chain, v = imp.apply_delay(chain, v, k_d)
+        state = replace(state, chain=chain)
+        H = imp.history_length
+        shp = ((H,) if H else ()) + self.layout + (3,)
+        gshp = self.layout + (3,)
+        return state, Reading(
+            TaxelReading(v[..., :3].reshape(shp), v[..., 3:].reshape(shp)),
+            TaxelReading(g.force.reshape(gshp), g.torque.reshape(gshp)),
+        )
+
+
+# =============================================================================== elastomer
+
+
+def _layer_transfer(q: np.ndarray) -> np.ndarray:
+    """Bonded incompressible layer ``S(q) = 2 q^2 / (sinh 2q - 2q)``, q clamped to [1e-3, 30];
+    for ``2q < 1`` the denominator is its 5-term Taylor series (Genesis). Host numpy."""
+    q = np.clip(q, 1e-3, 30.0)
+    x = 2.0 * q
+    taylor = sum(x ** (2 * m + 1) / math.factorial(2 * m + 1) for m in range(1, 6))
+    den = np.where(x < 1.0, taylor, np.sinh(x) - x)
+    return 2.0 * q * q / den
+
+
+def elastomer_layer_kernel(L_y: int, L_x: int, s_v: float, s_u: float, h: float, dtype=None):
+    """Real-space in-plane planes ``(G_u, G_v)`` ``[L_y, L_x]`` of the bonded layer of thickness
+    ``h`` (m), built on the rfft2 half spectrum exactly as Genesis (section 7.3): rows
+    ``k_v = 2 pi fftfreq(L_y, s_v)``, columns ``k_u = 2 pi rfftfreq(L_x, s_u)``,
+    ``G^ = -i (k / |k|) S(|k| h)``, zero at k = 0, then ``irfft2``. Offset 0 at index [0, 0].
+    Host-side numpy (static geometry).
+    """
+    ky = 2 * np.pi * np.fft.fftfreq(L_y, s_v)[:, None]
+    kx = 2 * np.pi * np.fft.rfftfreq(L_x, s_u)[None, :]
+    kmag = np.sqrt(kx * kx + ky * ky)
+    kmag_c = np.maximum(kmag, np.finfo(float).eps)
+    S = _layer_transfer(kmag * h)
+    Gu = -1j * (kx / kmag_c) * S
+    Gv = -1j * (ky / kmag_c) * S
+    Gu[0, 0] = 0.0
+    Gv[0, 0] = 0.0
+    gu = np.fft.irfft2(Gu, s=(L_y, L_x))
+    gv = np.fft.irfft2(Gv, s=(L_y, L_x))
+    return gu, gv
+
+
+@pytree_dataclass
+class ElastomerTaxel:
+    """Marker displacement per probe (m), HydroShear-style (Dang et al., RSS 2026,
+    arXiv 2603.00446), with Genesis 1.4.5's compressibility and bonded-layer options.
+
+    Per probe: indentation ``H = max(0, -min sd)`` of the tracked bodies at the marker; a
+    dilation field (sum over indented probes ``j`` of a Gaussian ``exp(-lambda_d r^2)`` of the
+    tangent-plane offset, times ``H_j`` times the offset, plus the normal bulge
+    ``H_j^normal_exponent``) and a shear field from anchored tracked points (their tangential
+    displacement since anchoring, weighted by ``exp(-lambda_s rho_t^2)`` and their depth in the
+    elastomer). Output ``[*layout, 3]`` in the sensor link frame; fillers (radius 0) read 0.
+
+    Paths: regular grids ``(ny, nx, 3)`` with ``nx, ny >= 2`` use FFT convolutions (zero padded
+    to ``fft_size``, default the next power of two >= 2n - 1, so no wrap-around) with the grid's
+    averaged tangents and mean normal; other layouts the direct sum. On a regular grid both give
+    the same result (the bonded layer excepted: the direct path approximates it by the
+    regularised 1/r kernel, as Genesis).
+
+    Shear needs the sensor's own surface: ``elastomer_shapes`` (shapes whose ``T_body_shape`` is
+    their pose in the **sensor link frame**). A tracked point anchors when its signed distance
+    to that surface drops below ``-contact_threshold`` and releases above ``-release_threshold``
+    or when it leaves the surface shapes' boxes (Genesis's AABB rule). The anchor state lives in
+    :class:`PointCloudState`.
+
+    Measured branch: hysteresis, then ``x probe_gain``, then the hardware chain.
+    """
+
+    probe_local_pos: Array
+    track_points: TrackedPoints
+    elastomer_shapes: tuple = ()
+    probe_radius: Array = 0.01
+    probe_local_normal: Array = (0.0, 0.0, 1.0)
+    lambda_d: Array = 700.0
+    lambda_s: Array = 300.0
+    dilate_scale: Array = 1.0
+    shear_scale: Array = 1.0
+    normal_exponent: Array = 2.0
+    contact_threshold: Array = 1e-5
+    release_threshold: Array = -1e-4
+    probe_gain: Array = 1.0
+    compressibility: float = static_field(1.0)
+    elastomer_thickness: float = static_field(0.0)
+    fft_size: tuple | None = static_field(None)
+    use_fft: bool | None = static_field(None)
+    probe_gain_resample_range: tuple | None = static_field(None)
+    imperfections: Imperfections | None = None
+    layout: tuple = static_field(())
+    grid_frame: tuple | None = static_field(None)  # (t_u, t_v, n_bar, s_u, s_v) for FFT
+    dilation_reg: float = static_field(0.0)
+    shear_on: bool = static_field(True)
+
+    def __post_init__(self):
+        name = "ElastomerTaxel"
+        flat, layout = _prep_layout(name, self.probe_local_pos)
+        n = flat.shape[0]
+        _common_post(self, name, allow_crosstalk=False)
+        nrm = _prep_normals(name, self.probe_local_normal, n)
+        r = _per_probe(f"{name}.probe_radius", self.probe_radius, n)
+        if not np.any(r > 0):
+            raise ValueError(f"{name}.probe_radius: every probe is a filler (radius 0)")
+        c = float(self.compressibility)
+        if not 0.0 <= c <= 1.0:
+            raise ValueError(f"{name}.compressibility: expected a value in [0, 1], got {c}")
+        h = float(self.elastomer_thickness)
+        if not h >= 0:
+            raise ValueError(f"{name}.elastomer_thickness: expected >= 0, got {h}")
+        dt = jnp.result_type(float)
+        for f in ("lambda_d", "lambda_s", "dilate_scale", "shear_scale"):
+            object.__setattr__(self, f, _scalar(f"{name}.{f}", getattr(self, f), 0))
+        object.__setattr__(
+            self, "normal_exponent", _scalar(f"{name}.normal_exponent", self.normal_exponent, 1)
+        )
+        ct = float(_scalar(f"{name}.contact_threshold", self.contact_threshold))
+        rt = float(_scalar(f"{name}.release_threshold", self.release_threshold))
+        if rt > ct:
+            raise ValueError(
+                f"{name}.release_threshold: expected <= contact_threshold ({ct}), got {rt}"
+            )
+        object.__setattr__(self, "contact_threshold", jnp.asarray(ct, dt))
+        object.__setattr__(self, "release_threshold", jnp.asarray(rt, dt))
+        shapes = (
+            tuple(self.elastomer_shapes)
+            if isinstance(self.elastomer_shapes, (list, tuple))
+            else (self.elastomer_shapes,)
+        )
+        for i, s in enumerate(shapes):
+            if not hasattr(s, "sdf_local"):
+                raise TypeError(f"{name}.elastomer_shapes[{i}]: expected a shape")
+        shear_on = float(self.shear_scale) > 0
+        if shear_on and not shapes:
+            raise ValueError(
+                f"{name}.elastomer_shapes: shear (shear_scale > 0) needs the sensor's own "
+                "surface shapes (link frame); pass them or set shear_scale=0"
+            )
+        grid = len(layout) == 2 and layout[0] >= 2 and layout[1] >= 2
+        use_fft = grid if self.use_fft is None else bool(self.use_fft)
+        if use_fft and not grid:
+            raise ValueError(
+                f"{name}.use_fft: the FFT path needs a (ny, nx, 3) grid with nx, ny >= 2"
+            )
+        frame = None
+        if use_fft:
+            s_v, s_u, t_u, t_v = grid_metadata(flat.reshape(layout + (3,)))
+            # averaged spacings in float64 for the kernels (float32 only fixes integer radii)
+            g = flat.reshape(layout + (3,))
+            du = (g[:, 1:] - g[:, :-1]).reshape(-1, 3).mean(0)
+            dv = (g[1:] - g[:-1]).reshape(-1, 3).mean(0)
+            s_u, s_v = float(np.linalg.norm(du)), float(np.linalg.norm(dv))
+            if s_u < 1e-12 or s_v < 1e-12:
+                raise ValueError(f"{name}.probe_local_pos: degenerate grid spacing")
+            t_u, t_v = du / s_u, dv / s_v
+            nb = nrm.mean(0)
+            nb = nb / np.linalg.norm(nb) if np.linalg.norm(nb) > 1e-12 else nrm[0]
+            fs = self.fft_size
+            if fs is None:
+                fs = tuple(1 << (2 * k - 2).bit_length() for k in layout)
+            fs = tuple(int(v) for v in fs)
+            if len(fs) != 2 or fs[0] < 2 * layout[0] - 1 or fs[1] < 2 * layout[1] - 1:
+                raise ValueError(
+                    f"{name}.fft_size: expected (L_y, L_x) >= (2 ny - 1, 2 nx - 1), got {fs}"
+                )
+            frame = (tuple(t_u), tuple(t_v), tuple(nb), s_u, s_v, fs)
+            reg = h if h > 0 else 0.5 * (s_u + s_v)
+        else:
+            reg = h
+            if reg <= 0:
+                ext = np.sort(flat.max(0) - flat.min(0))[::-1]
+                A = ext[0] * ext[1] if ext[1] >= np.finfo(float).eps else ext[0] ** 2
+                reg = math.sqrt(max(A, np.finfo(float).eps) / n)
+        object.__setattr__(self, "probe_radius", jnp.asarray(r, dt))
+        object.__setattr__(self, "probe_local_normal", jnp.asarray(nrm, dt))
+        object.__setattr__(self, "elastomer_shapes", shapes)
+        object.__setattr__(self, "compressibility", c)
+        object.__setattr__(self, "elastomer_thickness", h)
+        object.__setattr__(self, "use_fft", use_fft)
+        object.__setattr__(self, "grid_frame", frame)
+        object.__setattr__(self, "dilation_reg", float(reg))
+        object.__setattr__(self, "shear_on", shear_on)
+
+    @property
+    def n_probes(self) -> int:
+        return self.probe_local_pos.shape[0]
+
+    def init_state(self, key=None) -> PointCloudState:
+        """Per-episode state (a reset): no anchors, zeroed chain, gains/dead taxels from key."""
+        return _init_pc_state(self, key, 3, self.track_points.n_points)
+
+    # ------------------------------------------------------------------ depth and dilation
+
+    def depths(self, inputs: SensorInputs) -> Array:
+        """Indentation ``H [N]`` (m): how far a tracked surface has passed each marker."""
+        check_inputs_trace(inputs)
+        T = inputs.T_world_link
+        q = inputs.bodies.query_in_frame(T, self.probe_local_pos.astype(T.dtype), inputs.body_mask)
+        sd_min = jnp.min(q.sd, axis=0)
+        H = jnp.maximum(-sd_min, 0.0)
+        return jnp.where(self.probe_radius > 0, H, 0.0)
+
+    def _direct(self, H: Array) -> Array:
+        x = self.probe_local_pos.astype(H.dtype)
+        n = self.probe_local_normal.astype(H.dtype)
+        d = x[:, None] - x[None]  # target i - source j
+        Delta = d - n[:, None] * dot(d, n[:, None], keepdims=True)
+        r2 = jnp.sum(Delta * Delta, -1)
+        g = jnp.exp(-self.lambda_d * r2)
+        c, eps_r = self.compressibility, self.dilation_reg
+        Hj = H[None, :]
+        if c >= 1:
+            w = Hj * g
+        else:
+            inv = 1.0 / (r2 + eps_r**2)
+            if c <= 0:
+                w = Hj * inv
+            else:
+                Ng = math.exp(-0.5) / jnp.sqrt(2.0 * self.lambda_d)
+                Ni = 1.0 / (2.0 * eps_r)
+                w = Hj * (c * g / Ng + (1.0 - c) * inv / Ni)
+        Hp = safe_pow(H, self.normal_exponent)
+        u = jnp.sum(w[..., None] * Delta, axis=1) + n * jnp.sum(Hp[None, :] * g, axis=1)[:, None]
+        return self.dilate_scale * u
+
+    def _fft_kernels(self, dtype):
+        t_u, t_v, nb, s_u, s_v, (Ly, Lx) = self.grid_frame
+        a = (jnp.arange(Lx) - Lx // 2).astype(dtype) * s_u
+        b = (jnp.arange(Ly) - Ly // 2).astype(dtype) * s_v
+        a = jnp.fft.ifftshift(a)[None, :]
+        b = jnp.fft.ifftshift(b)[:, None]
+        r2 = a * a + b * b
+        g = jnp.exp(-self.lambda_d * r2)
+        c, h, eps_r = self.compressibility, self.elastomer_thickness, self.dilation_reg
+        Ku, Kv = a * g, b * g
+        if c < 1:
+            if h > 0:
+                gu, gv = elastomer_layer_kernel(Ly, Lx, s_v, s_u, h)
+                Gu, Gv = jnp.asarray(gu, dtype), jnp.asarray(gv, dtype)
+                Ni = float(np.max(np.sqrt(gu * gu + gv * gv)))
+            else:
+                Gu = a / (r2 + eps_r**2)
+                Gv = b / (r2 + eps_r**2)
+                Ni = 1.0 / (2.0 * eps_r)
+            if c <= 0:
+                Ku, Kv = Gu, Gv
+            else:
+                Ng = math.exp(-0.5) / jnp.sqrt(2.0 * self.lambda_d)
+                Ku = c * Ku / Ng + (1.0 - c) * Gu / Ni
+                Kv = c * Kv / Ng + (1.0 - c) * Gv / Ni
+        return Ku, Kv, g
+
+    def _fft(self, H: Array) -> Array:
+        ny, nx = self.layout
+        t_u, t_v, nb, s_u, s_v, (Ly, Lx) = self.grid_frame
+        dtype = H.dtype
+        Ku, Kv, Kn = self._fft_kernels(dtype)
+        Hg = H.reshape(ny, nx)
+        Hp = safe_pow(Hg, self.normal_exponent)
+        fH = jnp.fft.rfft2(Hg, s=(Ly, Lx))
+        fHp = jnp.fft.rfft2(Hp, s=(Ly, Lx))
+
+        def conv(fx, K):
+            return jnp.fft.irfft2(fx * jnp.fft.rfft2(K), s=(Ly, Lx))[:ny, :nx]
+
+        Du, Dv, Dn = conv(fH, Ku), conv(fH, Kv), conv(fHp, Kn)
+        tu, tv, nn = (jnp.asarray(v, dtype) for v in (t_u, t_v, nb))
+        u = (
+            Du[..., None] * tu[None, None]
+            + Dv[..., None] * tv[None, None]
+            + Dn[..., None] * nn[None, None]
+        )
+        u = self.dilate_scale * u.reshape(-1, 3)
+        return jnp.where((self.probe_radius > 0)[:, None], u, 0.0)
+
+    def dilation(self, H: Array) -> Array:
+        """Dilation field ``[N, 3]`` (link frame) of indentations ``H [N]`` (FFT or direct)."""
+        if self.use_fft:
+            return self._fft(H)
+        return jnp.where((self.probe_radius > 0)[:, None], self._direct(H), 0.0)
+
+    # ------------------------------------------------------------------ shear
+
+    def _surface_sd(self, y: Array) -> Array:
+        """Signed distance ``[M]`` of link-frame points to the elastomer surface, ``1e6`` outside
+        every shape's (closed) box, as Genesis's AABB skip."""
+        sd_min = jnp.full(y.shape[:1], 1e6, y.dtype)
+        for s in self.elastomer_shapes:
+            T = s.T_body_shape.astype(y.dtype)
+            R = _pose.quat_to_matrix(T[3:])
+            p = _pose.matrix_apply(R.T, -(R.T @ T[:3]), y)
+            lo, hi = s.aabb_local()
+            lo = jnp.asarray(lo, y.dtype)[None]
+            hi = jnp.asarray(hi, y.dtype)[None]
+            inside = jnp.all((p >= lo) & (p <= hi), -1)
+            sd, _ = s.sdf_local(p)
+            sd_min = jnp.minimum(sd_min, jnp.where(inside, sd, 1e6))
+        return sd_min
+
+    def shear(self, state: PointCloudState, inputs: SensorInputs):
+        """New anchors and the shear field ``[N, 3]`` (link frame) from the tracked points."""
+        T = inputs.T_world_link
+        dtype = T.dtype
+        pts, _, _, msk = self.track_points.world(inputs, dtype)
+        R = _pose.quat_to_matrix(T[3:])
+        y = _pose.matrix_apply(R.T, -(R.T @ T[:3]), pts)  # [M, 3] link frame
+        sd = jnp.where(msk, self._surface_sd(y), 1e6)
+        D = jnp.maximum(-sd, 0.0)
+        release = sd > -self.release_threshold
+        enter = (~state.anchored) & (sd < -self.contact_threshold)
+        anchored = jnp.where(release, False, state.anchored | enter)
+        entry = jnp.where(release[:, None], 0.0, jnp.where(enter[:, None], y, state.anchor_entry))
+        eps = _eps(dtype)
+        x = self.probe_local_pos.astype(dtype)
+        n = self.probe_local_normal.astype(dtype)
+        delta = (y - entry)[None]  # [1, M, 3]
+        dt_ = delta - n[:, None] * dot(delta, n[:, None], keepdims=True)  # [N, M, 3]
+        rho = x[:, None] - y[None]
+        rho_t = rho - n[:, None] * dot(rho, n[:, None], keepdims=True)
+        wgt = D[None] * jnp.exp(-self.lambda_s * jnp.sum(rho_t * rho_t, -1))
+        ok = (anchored & (D > eps))[None] & (jnp.sum(dt_ * dt_, -1) > eps * eps)
+        u = self.shear_scale * jnp.sum(jnp.where(ok, wgt, 0.0)[..., None] * dt_, axis=1)
+        u = jnp.where((self.probe_radius > 0)[:, None], u, 0.0)
+        return replace(state, anchored=anchored, anchor_entry=entry), u
+
+    def displacement(self, state: PointCloudState, inputs: SensorInputs):
+        """Ground-truth marker displacement ``[N, 3]`` (m, link frame) and the new state."""
+        H = self.depths(inputs)
+        u = self.dilation(H)
+        if self.shear_on:
+            state, us = self.shear(state, inputs)
+            u = u + us
+        return state, u
+
+    def step(self, state: PointCloudState, inputs: SensorInputs, key=None):
+        """One reading ``[*layout, 3]`` (m, link frame) per branch."""
+        _, k_hw, k_d = _split3(key)
+        state, u = self.displacement(state, inputs)
+        imp = self.imperfections
+        chain, v = imp.apply_hysteresis(state.chain, u, inputs.dt)
+        v = v * state.probe_gain[:, None]
+        chain, v = imp.apply_hardware(chain, v, k_hw)
+        chain, v = imp.apply_delay(chain, v, k_d)
+        state = replace(state, chain=chain)
+        H = imp.history_length
+        shp = ((H,) if H else ()) + self.layout + (3,)
+        return state, Reading(v.reshape(shp), u.reshape(self.layout + (3,)))
