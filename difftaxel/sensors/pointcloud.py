@@ -341,25 +341,29 @@ class ProximityTaxel:
         B, N = radii.shape
         eps = _eps(dtype)
         r2 = (radii * radii)[:, :, None]  # [B, N, 1]
+        # Every accumulator is linear in the per-point data, so one product per chunk gives
+        # them all: [S, sum P v_pt, sum P w_pt] = P @ [1, v_pt, w_pt]; the tangential
+        # projection and the relative terms are applied per probe afterwards.
+        feats = jnp.concatenate(
+            [jnp.ones(chunks[0].shape[:2] + (1,), dtype), chunks[1], chunks[2]], axis=-1
+        )  # [K, C, 7]
 
-        def body(carry, ch):
-            S, V, W = carry
-            cp, cv, ca, cm = ch
+        def body(acc, ch):
+            cp, cm, cf = ch
             d = cp[None] - p[:, None]  # [N, C, 3]
             dist2 = jnp.sum(d * d, -1)
-            dist = safe_norm(d)
-            v_rel = cv[None] - v_tax[:, None]
-            v_t = v_rel - a[:, None] * dot(v_rel, a[:, None], keepdims=True)
-            w_c = dot(ca[None] - tl[None, None, 3:], a[:, None])  # [N, C]
+            pos = dist2 > 0
+            dist = jnp.where(pos, jnp.sqrt(jnp.where(pos, dist2, 1.0)), 0.0)
             hit = (dist2[None] <= r2) & (dist[None] > eps) & cm[None, None]  # [B, N, C]
             P = jnp.where(hit, radii[:, :, None] - dist[None], 0.0)
-            S = S + jnp.sum(P, -1)
-            V = V + jnp.einsum("bnc,nck->bnk", P, v_t)
-            W = W + jnp.sum(P * w_c[None], -1)
-            return (S, V, W), None
+            return acc + jnp.einsum("bnc,ck->bnk", P, cf), None
 
-        init = (jnp.zeros((B, N), dtype), jnp.zeros((B, N, 3), dtype), jnp.zeros((B, N), dtype))
-        (S, V, W), _ = jax.lax.scan(body, init, chunks)
+        acc, _ = jax.lax.scan(body, jnp.zeros((B, N, 7), dtype), (chunks[0], chunks[3], feats))
+        S, Pv, Pw = acc[..., 0], acc[..., 1:4], acc[..., 4:7]
+        # V = sum P (v_pt - v_tax)_t ; W = sum P (w_pt - w_link) . a
+        Vr = Pv - S[..., None] * v_tax[None]
+        V = Vr - a[None] * dot(Vr, a[None], keepdims=True)
+        W = dot(Pw, a[None]) - S * dot(tl[None, 3:], a)[None]
         return S, V, W, p, a, R
 
     def forces(self, state: PointCloudState, inputs: SensorInputs, key=None):
@@ -367,8 +371,12 @@ class ProximityTaxel:
         check_inputs_trace(inputs)
         dtype = inputs.T_world_link.dtype
         r = self.probe_radius.astype(dtype)
-        r_m = noised_radius(r, self.probe_radius_noise, key if self.radius_noise_on else None)
-        S, V, W, p, a, R = self._accumulate(inputs, jnp.stack([r, r_m]))
+        if self.radius_noise_on:  # static: a second radius branch only when it can differ
+            r_m = noised_radius(r, self.probe_radius_noise, key)
+            S, V, W, p, a, R = self._accumulate(inputs, jnp.stack([r, r_m]))
+        else:
+            S, V, W, p, a, R = self._accumulate(inputs, r[None])
+            S, V, W = (jnp.concatenate([x, x]) for x in (S, V, W))
         eps = _eps(dtype)
         kappa = self.density_scalar / max(1, self.track_points.n_points)
         out = []
