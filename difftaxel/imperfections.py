@@ -164,9 +164,10 @@ class Imperfections:
       history_length: H > 0 makes ``read`` return the last H post-processed readings.
       straight_through: quantisation passes gradients unchanged (for training).
 
-    Which random stages draw numbers (``random_walk``, ``noise``, ``jitter``) is fixed when the
-    chain is built: a stage built with a zero scale draws nothing (and stays off if its scale
-    is later replaced); build it with a non-zero scale to train that scale.
+    Which stages run is fixed when the chain is built (static, so a chain that is all off costs
+    nothing): a stage built with a zero scale (``hysteresis_strength``, ``random_walk``,
+    ``noise``, ``bias``, ``resolution``, ``dead_taxel_probability``, ``jitter``) is skipped and
+    stays off if its value is later replaced; build it with a non-zero value to train it.
     """
 
     hysteresis_strength: Array = 0.0
@@ -191,7 +192,7 @@ class Imperfections:
     crosstalk_spacing: tuple | None = static_field(None)
     grid_normal: tuple | None = static_field(None)
     crosstalk_groups: int = static_field(0)
-    random_stages: tuple = static_field(())
+    active_stages: tuple = static_field(())
 
     def __post_init__(self):
         s = float(
@@ -279,10 +280,14 @@ class Imperfections:
                 ("random_walk", np.any(np.asarray(self.random_walk) > 0)),
                 ("noise", np.any(np.asarray(self.noise) > 0)),
                 ("jitter", jit > 0),
+                ("hysteresis", s > 0),
+                ("bias", np.any(np.asarray(self.bias) != 0)),
+                ("resolution", np.any(np.asarray(self.resolution) > 0)),
+                ("dead", float(p) > 0),
             )
             if on
         )
-        object.__setattr__(self, "random_stages", stages)
+        object.__setattr__(self, "active_stages", stages)
         object.__setattr__(self, "jitter", jnp.asarray(jit, jnp.result_type(float)))
         object.__setattr__(self, "delay", delay)
         object.__setattr__(self, "history_length", H)
@@ -419,7 +424,9 @@ class Imperfections:
         return jnp.where(active[:, None], out, 0.0)
 
     def apply_hysteresis(self, state: ChainState, value: Array, dt) -> tuple[ChainState, Array]:
-        """Single Maxwell element per channel; a no-op when ``hysteresis_strength == 0``."""
+        """Single Maxwell element per channel; a no-op when built with ``hysteresis_strength == 0``."""
+        if "hysteresis" not in self.active_stages:
+            return state, value
         s = self.hysteresis_strength.astype(value.dtype)
         tau = self.hysteresis_tau.astype(value.dtype)
         pos = tau > 0
@@ -437,19 +444,23 @@ class Imperfections:
         else:
             k_rw, k_n = jax.random.split(key)
         walk = state.walk
-        if k_rw is not None and "random_walk" in self.random_stages:
-            walk = walk + rw * jax.random.normal(k_rw, value.shape, dtype)
-        value = value + walk
-        if k_n is not None and "noise" in self.random_stages:
+        if "random_walk" in self.active_stages:
+            if k_rw is not None:
+                walk = walk + rw * jax.random.normal(k_rw, value.shape, dtype)
+            value = value + walk
+        if k_n is not None and "noise" in self.active_stages:
             value = value + nz * jax.random.normal(k_n, value.shape, dtype)
-        value = value + jnp.broadcast_to(self.bias.astype(dtype), value.shape)
-        res = jnp.broadcast_to(self.resolution.astype(dtype), value.shape)
-        on = res > _eps(dtype)
-        q = jnp.round(value / jnp.where(on, res, 1.0)) * res
-        if self.straight_through:
-            q = value + jax.lax.stop_gradient(q - value)
-        value = jnp.where(on, q, value)
-        value = jnp.where(state.dead[:, None], state.dead_value[:, None].astype(dtype), value)
+        if "bias" in self.active_stages:
+            value = value + jnp.broadcast_to(self.bias.astype(dtype), value.shape)
+        if "resolution" in self.active_stages:
+            res = jnp.broadcast_to(self.resolution.astype(dtype), value.shape)
+            on = res > _eps(dtype)
+            q = jnp.round(value / jnp.where(on, res, 1.0)) * res
+            if self.straight_through:
+                q = value + jax.lax.stop_gradient(q - value)
+            value = jnp.where(on, q, value)
+        if "dead" in self.active_stages:
+            value = jnp.where(state.dead[:, None], state.dead_value[:, None].astype(dtype), value)
         return replace(state, walk=walk), value
 
     def apply_delay(self, state: ChainState, value: Array, key):
@@ -462,7 +473,7 @@ class Imperfections:
         if self.history_length > 0:
             return state, ring[: self.history_length]
         slot = jnp.asarray(self.delay_steps)
-        if "jitter" in self.random_stages and key is not None:
+        if "jitter" in self.active_stages and key is not None:
             k1, k2 = jax.random.split(jax.random.fold_in(key, 7))
             j = jax.random.uniform(k1, (), value.dtype) * self.jitter.astype(value.dtype) / self.dt
             u = jax.random.uniform(k2, (), value.dtype)
