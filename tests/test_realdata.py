@@ -65,13 +65,13 @@ def test_mrtk_poses_convert_and_pose_the_rig(hand_dir):
         segs = jnp.asarray(np.asarray(T_root)[list(meta.segment_source.joints)])
         p = np.asarray(skin_positions(lbs, segs))
         assert np.all(np.isfinite(p))
-        # the skinned fingertip vertices land near the recorded fingertips (different hand
-        # sizes: within 3 cm), and the pinch brings thumb and index tips together
+        # the skinned fingertip vertices land near the recorded fingertips (a different hand:
+        # within 1.5 cm)
         for tip in (HandJoint.INDEX_TIP, HandJoint.MIDDLE_TIP, HandJoint.THUMB_TIP):
             k = meta.segment_source.index(tip - 1)  # the DISTAL segment carries the tip skin
             owned = np.asarray(lbs.weights)[:, 0] > 0.9
             on = owned & (lbs.indices[:, 0] == k)
-            if on.sum() == 0:
-                continue
+            assert on.sum() > 10
             target = np.asarray(T_root)[tip, :3]
-            assert np.min(np.linalg.norm(p[on] - target, axis=1)) < 0.03, (name, tip)
+            # measured: 3-6 mm in all four poses
+            assert np.min(np.linalg.norm(p[on] - target, axis=1)) < 0.015, (name, tip)
