@@ -63,6 +63,14 @@ _FORWARD = {
 }
 
 
+def _se3_forward(length_scale):
+    def f(u, base):
+        sc = jnp.concatenate([jnp.full(3, length_scale, u.dtype), jnp.ones(3, u.dtype)])
+        return _pose.compose(base, _pose.se3_exp(u * sc.reshape((1,) * (u.ndim - 1) + (6,))))
+
+    return f
+
+
 def _to_unconstrained(kind, x):
     if kind is None:
         return x, None
@@ -139,6 +147,7 @@ def fit(
     patience: int | None = None,
     min_delta: float = 1e-4,
     progress: bool = False,
+    se3_length_scale: float = 1.0,
 ) -> FitResult:
     """Minimise ``loss_fn(params, batch)`` (``batch`` is None without ``batches``).
 
@@ -153,6 +162,9 @@ def fit(
       log_every: steps per jitted scan chunk (and per progress line / history entry).
       patience, min_delta: early stopping on the chunk-mean loss (relative improvement).
       progress: print a progress line per chunk to stderr.
+      se3_length_scale: metres per unit of the translational tangent coordinates of ``"se3"``
+        parameters (Adam moves every coordinate by ~the learning rate per step, so this sets
+        how far positions move relative to rotations, in rad).
     """
     t_start = time.perf_counter()
     leaves, treedef = jax.tree_util.tree_flatten(params)
@@ -176,9 +188,12 @@ def fit(
         bases.append(b)
     opt = optimizer or default_optimizer(steps, learning_rate)
 
+    fwd = dict(_FORWARD)
+    fwd["se3"] = _se3_forward(se3_length_scale)
+
     def constrained(u_leaves):
         return jax.tree_util.tree_unflatten(
-            treedef, [_FORWARD[k](u, b) for k, u, b in zip(kinds, u_leaves, bases)]
+            treedef, [fwd[k](u, b) for k, u, b in zip(kinds, u_leaves, bases)]
         )
 
     def objective(u_leaves, batch):
