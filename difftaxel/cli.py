@@ -1,4 +1,10 @@
-"""The ``difftaxel`` command line."""
+"""The ``difftaxel`` command line.
+
+``demo`` is the main job (a synthetic glove session calibrated and identified end to end);
+``press`` prints what a taxel grid reads under a sphere; ``calibrate`` and ``identify`` run the
+fits on a user's files. The command runs JAX in float64 (an application setting made here,
+never by the library).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,29 @@ import sys
 
 __all__ = ["main"]
 
+RECORDING_HELP = """\
+RECORDING is an NPZ written by difftaxel.io.write_recording:
+  header         JSON string: {"format": "difftaxel.recording", "version": 1,
+                 "metadata": {...tactile metadata: geometry_mapping (LBS: segment_bind_poses,
+                 taxel_bind_poses [x y z qx qy qz qw, m, wrist root frame], segment_indices,
+                 weights), segment_source (HandSkeletonRef joints)},
+                 "objects": [{"kind": "sphere", "radius": r} | {"kind": "box", "size": [x,y,z]}
+                 | {"kind": "plane"}, ...], "sensor": {KinematicTaxel options}}
+  frames         [T, N, 3] measured taxel forces (N, taxel axes, +z outward)
+  joint_poses    [T, J, 7] joint poses in the wrist root frame (segment order)
+  timestamps_ns  [T] int64
+  root_poses     [T, 7] wrist root pose in the world (optional; identity if absent)
+  object_poses   [T, B, 7], object_twists [T, B, 6] (world; one body per object)
+"""
 
-def _demo(args) -> int:
+LOG_HELP = """\
+LOG is a raw-reading log of one or more taxels against a reference force (a load cell):
+  text: two columns "raw force" (ADC counts, N), '#' comments, a header line "# dt = 0.01"
+  NPZ:  raw [T] or [T, N], force (same shape), dt (s)
+"""
+
+
+def _press(args) -> int:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -20,10 +47,10 @@ def _demo(args) -> int:
     n = args.grid
     half = 0.5 * args.pitch * (n - 1)
     grid = generate_grid_points_on_plane((-half, -half, 0.0), (half, half, 0.0), (0, 0, 1), n, n)
-    radius = args.probe_radius
-    sphere_r = args.sphere_radius
-    z = sphere_r - args.depth  # sphere centre above the pad surface (pad link frame = world)
-    bodies = Bodies((Sphere(radius=sphere_r),), np.array([[0.0, 0.0, z, 0, 0, 0, 1]]))
+    radius, sphere_r = args.probe_radius, args.sphere_radius
+    bodies = Bodies(
+        (Sphere(radius=sphere_r),), np.array([[0.0, 0, sphere_r - args.depth, 0, 0, 0, 1]])
+    )
     inputs = make_inputs(np.array([0.0, 0, 0, 0, 0, 0, 1]), bodies)
     probe = ContactDepthProbe(probe_local_pos=grid, probe_radius=radius)
     taxel = KinematicTaxel(
@@ -31,18 +58,17 @@ def _demo(args) -> int:
     )
     _, depth = jax.jit(probe.step)(probe.init_state(), inputs)
     _, force = jax.jit(taxel.step)(taxel.init_state(), inputs)
-    sd, normal, _ = bodies.signed_distance(jnp.asarray(grid.reshape(-1, 3)))
+    _, normal, _ = bodies.signed_distance(jnp.asarray(grid.reshape(-1, 3)))
     d = np.asarray(depth.ground_truth).reshape(-1)
     nrm = np.asarray(normal)
     f = np.asarray(force.ground_truth.force).reshape(-1, 3)
     print(
-        f"difftaxel demo: sphere r={sphere_r * 1e3:.1f} mm pressed {args.depth * 1e3:.2f} mm into "
-        f"a {n}x{n} taxel grid (pitch {args.pitch * 1e3:.1f} mm, probe radius "
-        f"{radius * 1e3:.1f} mm)"
+        f"sphere r={sphere_r * 1e3:.1f} mm pressed {args.depth * 1e3:.2f} mm into a {n}x{n} "
+        f"taxel grid (pitch {args.pitch * 1e3:.1f} mm, probe radius {radius * 1e3:.1f} mm)"
     )
     print(
-        f"{'row':>3} {'col':>3} {'depth_mm':>9} {'normal_x':>9} {'normal_y':>9} {'normal_z':>9} "
-        f"{'Fz_N':>9}"
+        f"{'row':>3} {'col':>3} {'depth_mm':>9} {'normal_x':>9} {'normal_y':>9} "
+        f"{'normal_z':>9} {'Fz_N':>9}"
     )
     for i in range(n * n):
         if d[i] > 0 or args.all:
@@ -50,39 +76,167 @@ def _demo(args) -> int:
                 f"{i // n:>3} {i % n:>3} {d[i] * 1e3:9.4f} {nrm[i, 0]:9.4f} {nrm[i, 1]:9.4f} "
                 f"{nrm[i, 2]:9.4f} {f[i, 2]:9.4f}"
             )
-    summary = {
-        "probes_in_contact": int(np.sum(d > 0)),
-        "max_depth_m": float(d.max()),
-        "total_normal_force_N": float(-f[:, 2].sum()),
-    }
-    print(json.dumps(summary))
+    print(
+        json.dumps(
+            {
+                "probes_in_contact": int(np.sum(d > 0)),
+                "max_depth_m": float(d.max()),
+                "total_normal_force_N": float(-f[:, 2].sum()),
+            }
+        )
+    )
+    return 0
+
+
+def _demo(args) -> int:
+    from .demo import run_demo
+
+    steps = 60 if args.quick else args.steps
+    run_demo(args.out, steps_per_stage=steps, plots=not args.no_plots)
+    return 0
+
+
+def _shape(o):
+    from .geometry import Box, Plane, Sphere
+
+    kind = o.get("kind")
+    if kind == "sphere":
+        return Sphere(radius=o["radius"])
+    if kind == "box":
+        return Box(size=o["size"])
+    if kind == "plane":
+        return Plane(normal=o.get("normal", [0.0, 0.0, 1.0]))
+    raise ValueError(f"objects: unknown kind {kind!r} (sphere, box, plane)")
+
+
+def _calibrate(args) -> int:
+    import dataclasses
+
+    import jax.numpy as jnp
+    import numpy as np
+
+    from .geometry import Bodies
+    from .glove import GloveScene, calibrate_bind_poses
+    from .io import metadata_to_dict, read_recording
+    from .sensors import KinematicTaxel
+
+    rec = read_recording(args.recording)
+    if not rec.objects:
+        raise SystemExit("calibrate: the recording has no objects (see --help for the format)")
+    T = rec.frames.shape[0]
+    shapes = tuple(dataclasses.replace(_shape(o), body=i) for i, o in enumerate(rec.objects))
+    bodies = Bodies(shapes, rec.object_poses[0]).with_state(
+        jnp.asarray(rec.object_poses), jnp.asarray(rec.object_twists)
+    )
+    root = (
+        rec.root_poses if rec.root_poses is not None else np.tile([0, 0, 0, 0, 0, 0, 1.0], (T, 1))
+    )
+    scene = GloveScene(
+        jnp.asarray(root),
+        jnp.asarray(rec.joint_poses),
+        bodies,
+        float(np.median(np.diff(rec.timestamps_ns))) * 1e-9 if T > 1 else 0.01,
+    )
+    lbs = rec.metadata.geometry_mapping
+    sensor = KinematicTaxel(probe_local_pos=np.zeros((lbs.n_taxels, 3)), **(rec.sensor or {}))
+    est, _, results = calibrate_bind_poses(
+        sensor, lbs, scene, rec.frames, steps_per_stage=args.steps, progress=True
+    )
+    meta = rec.metadata.replace(geometry_mapping=lbs.replace(taxel_bind_poses=est))
+    with open(args.out, "w") as fh:
+        json.dump(metadata_to_dict(meta), fh, indent=1)
+    moved = np.linalg.norm(np.asarray(est)[:, :3] - np.asarray(lbs.taxel_bind_poses)[:, :3], axis=1)
+    print(
+        f"loss {results[0].losses[0]:.4g} -> {results[-1].losses[-1]:.4g}; median bind-pose "
+        f"move {np.median(moved) * 1e3:.3f} mm; calibrated metadata written to {args.out}"
+    )
+    return 0
+
+
+def _identify(args) -> int:
+    import jax.numpy as jnp
+    import numpy as np
+
+    from .rawmodel import fit_raw_model, load_raw_log, raw_to_force
+
+    log = load_raw_log(args.log, dt=args.dt)
+    f = fit_raw_model(log, steps=args.steps, train_fraction=args.train_fraction)
+    n_tr = int(round(args.train_fraction * log.raw.shape[0]))
+    pred = np.asarray(raw_to_force(f.params, jnp.asarray(log.raw), log.dt))
+    print(f"{'taxel':>5} " + " ".join(f"{k:>24s}" for k in f.params))
+    for i in range(log.raw.shape[1]):
+        cells = [f"{float(f.params[k][i]):12.5g} +- {float(f.std[k][i]):9.2g}" for k in f.params]
+        print(f"{i:>5} " + " ".join(cells))
+    print(f"training residual std (N): {np.array2string(f.residual_std, precision=4)}")
+    if n_tr < log.raw.shape[0]:
+        rmse = np.sqrt(np.mean((pred[n_tr:] - log.force[n_tr:]) ** 2, axis=0))
+        print(f"held-back RMSE (N): {np.array2string(rmse, precision=4)}")
     return 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        prog="difftaxel",
-        description="Differentiable tactile sensor models in JAX.",
+        prog="difftaxel", description="Differentiable tactile sensor models in JAX."
     )
     sub = parser.add_subparsers(dest="command")
     demo = sub.add_parser(
         "demo",
-        help="press a sphere into a taxel grid and print each probe's depth and contact normal",
-        description="Press a sphere into a planar taxel grid (ContactDepthProbe and "
-        "KinematicTaxel) and print, per probe in contact, the penetration depth (mm), the "
-        "contact normal (world = pad frame) and the normal force (N).",
+        help="the main job: calibrate and identify a synthetic glove session",
+        description="Generate a glove session on the default hand (a sphere pressed and slid "
+        "over each fingertip pad, Hertz-like stiffness, hysteresis, noise), perturb the taxel "
+        "bind poses (3 mm, 10 deg) and the sensor parameters, recover them by gradient descent, "
+        "print true vs initial vs recovered values and write plots to --out.",
     )
-    demo.add_argument("--grid", type=int, default=7, help="taxels per side (default 7)")
-    demo.add_argument("--pitch", type=float, default=0.003, help="taxel pitch in m (0.003)")
-    demo.add_argument("--probe-radius", type=float, default=0.002, help="probe radius in m")
-    demo.add_argument("--sphere-radius", type=float, default=0.01, help="sphere radius in m")
-    demo.add_argument("--depth", type=float, default=0.001, help="press depth in m (0.001)")
-    demo.add_argument("--all", action="store_true", help="print probes out of contact too")
+    demo.add_argument("--out", default="difftaxel-demo", help="output folder (difftaxel-demo)")
+    demo.add_argument("--steps", type=int, default=400, help="optimiser steps per stage (400)")
+    demo.add_argument("--quick", action="store_true", help="a fast, less accurate run")
+    demo.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    press = sub.add_parser(
+        "press", help="print each probe's depth, contact normal and force under a sphere"
+    )
+    press.add_argument("--grid", type=int, default=7, help="taxels per side (7)")
+    press.add_argument("--pitch", type=float, default=0.003, help="taxel pitch in m (0.003)")
+    press.add_argument("--probe-radius", type=float, default=0.002, help="probe radius in m")
+    press.add_argument("--sphere-radius", type=float, default=0.01, help="sphere radius in m")
+    press.add_argument("--depth", type=float, default=0.001, help="press depth in m (0.001)")
+    press.add_argument("--all", action="store_true", help="print probes out of contact too")
+    cal = sub.add_parser(
+        "calibrate",
+        help="fit taxel bind poses to a glove recording",
+        description="Fit each taxel's bind pose to the recording's forces.",
+        epilog=RECORDING_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    cal.add_argument("recording", help="NPZ recording (format below)")
+    cal.add_argument("--out", default="calibrated_metadata.json", help="output metadata JSON")
+    cal.add_argument("--steps", type=int, default=200, help="steps per smoothing stage (200)")
+    ident = sub.add_parser(
+        "identify",
+        help="fit the raw-reading model (counts -> N) to a log",
+        description="Fit offset, curve, exponent and hysteresis per taxel; "
+        "print values with Gauss-Newton standard deviations.",
+        epilog=LOG_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ident.add_argument("log", help="text or NPZ log (format below)")
+    ident.add_argument("--dt", type=float, default=None, help="sample period (s) if not in the log")
+    ident.add_argument("--steps", type=int, default=1500, help="optimiser steps (1500)")
+    ident.add_argument(
+        "--train-fraction",
+        type=float,
+        default=0.7,
+        help="fraction used for fitting; the rest validates (0.7)",
+    )
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        return _demo(args)
-    parser.print_help()
-    return 0
+    if args.command is None:
+        parser.print_help()
+        return 0
+    import jax
+
+    jax.config.update("jax_enable_x64", True)  # application setting (the library never sets it)
+    return {"demo": _demo, "press": _press, "calibrate": _calibrate, "identify": _identify}[
+        args.command
+    ](args)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -76,12 +76,18 @@ def metadata_from_dict(d: dict) -> TactileMetadata:
 
 class Recording(NamedTuple):
     """A tactile recording: metadata, ``frames [T, N, 3]``, ``joint_poses [T, J, 7]``,
-    ``timestamps_ns [T]``."""
+    ``timestamps_ns [T]``, and optional scene data (``root_poses [T, 7]``, ``objects``,
+    ``object_poses [T, B, 7]``, ``object_twists [T, B, 6]``, ``sensor`` options)."""
 
     metadata: TactileMetadata
     frames: np.ndarray
     joint_poses: np.ndarray
     timestamps_ns: np.ndarray
+    root_poses: np.ndarray | None = None
+    objects: list | None = None
+    object_poses: np.ndarray | None = None
+    object_twists: np.ndarray | None = None
+    sensor: dict | None = None
 
 
 def _check_series(meta, frames, joint_poses, timestamps_ns):
@@ -109,9 +115,29 @@ def _check_series(meta, frames, joint_poses, timestamps_ns):
     return f, jp, ts.astype(np.int64)
 
 
-def write_recording(path, metadata: TactileMetadata, frames, joint_poses, timestamps_ns) -> None:
-    """Write a recording (see the module docstring); validates shapes against the metadata."""
+def write_recording(
+    path,
+    metadata: TactileMetadata,
+    frames,
+    joint_poses,
+    timestamps_ns,
+    *,
+    root_poses=None,
+    objects=None,
+    object_poses=None,
+    object_twists=None,
+    sensor: dict | None = None,
+) -> None:
+    """Write a recording (see the module docstring); validates shapes against the metadata.
+
+    Optional scene data for calibration: ``root_poses [T, 7]`` (wrist root in the world),
+    ``objects`` (a list of ``{"kind": "sphere", "radius": r}`` / ``{"kind": "box", "size":
+    [x, y, z]}`` / ``{"kind": "plane"}``, one body each), ``object_poses [T, B, 7]`` and
+    ``object_twists [T, B, 6]`` (world), and ``sensor`` (KinematicTaxel options, e.g.
+    ``{"probe_radius": 0.002, "normal_stiffness": 500.0}``).
+    """
     f, jp, ts = _check_series(metadata, frames, joint_poses, timestamps_ns)
+    T = f.shape[0]
     header = {
         "format": FORMAT,
         "version": VERSION,
@@ -120,11 +146,44 @@ def write_recording(path, metadata: TactileMetadata, frames, joint_poses, timest
             "frames": "N, taxel axes",
             "joint_poses": "m + quaternion xyzw, wrist root",
             "timestamps_ns": "ns",
+            "root_poses": "m + quaternion xyzw, world",
+            "object_poses": "m + quaternion xyzw, world",
+            "object_twists": "m/s then rad/s, world",
         },
+        "objects": list(objects or []),
+        "sensor": dict(sensor or {}),
     }
+    extra = {}
+    if root_poses is not None:
+        rp = np.asarray(root_poses, float)
+        if rp.shape != (T, 7):
+            raise ValueError(f"root_poses: expected shape ({T}, 7), got {rp.shape}")
+        extra["root_poses"] = rp
+    if objects:
+        op = np.asarray(object_poses, float)
+        if op.shape != (T, len(objects), 7):
+            raise ValueError(
+                f"object_poses: expected shape ({T}, {len(objects)}, 7), got {op.shape}"
+            )
+        extra["object_poses"] = op
+        tw = (
+            np.zeros((T, len(objects), 6))
+            if object_twists is None
+            else np.asarray(object_twists, float)
+        )
+        if tw.shape != (T, len(objects), 6):
+            raise ValueError(
+                f"object_twists: expected shape ({T}, {len(objects)}, 6), got {tw.shape}"
+            )
+        extra["object_twists"] = tw
     with open(os.fspath(path), "wb") as fh:
         np.savez(
-            fh, header=np.asarray(json.dumps(header)), frames=f, joint_poses=jp, timestamps_ns=ts
+            fh,
+            header=np.asarray(json.dumps(header)),
+            frames=f,
+            joint_poses=jp,
+            timestamps_ns=ts,
+            **extra,
         )
 
 
@@ -139,7 +198,18 @@ def read_recording(path) -> Recording:
             raise ValueError(f"path: header format {header.get('format')!r}, expected {FORMAT!r}")
         meta = metadata_from_dict(header["metadata"])
         f, jp, ts = _check_series(meta, z["frames"], z["joint_poses"], z["timestamps_ns"])
-    return Recording(meta, f, jp, ts)
+        get = lambda k: np.asarray(z[k]) if k in z.files else None  # noqa: E731
+        return Recording(
+            meta,
+            f,
+            jp,
+            ts,
+            get("root_poses"),
+            header.get("objects") or None,
+            get("object_poses"),
+            get("object_twists"),
+            header.get("sensor") or None,
+        )
 
 
 class StreamError(ValueError):
