@@ -36,32 +36,56 @@ def main():
     ap.add_argument("--steps", type=int, default=200)
     a = ap.parse_args()
     lbs, scene, sensor, truth = make_session(a.frames_per_pad, seed=0)
-    sensor = sensor.replace(normal_stiffness=jnp.asarray(truth["normal_stiffness"]),
-                            normal_exponent=jnp.asarray(truth["normal_exponent"]))
+    sensor = sensor.replace(
+        normal_stiffness=jnp.asarray(truth["normal_stiffness"]),
+        normal_exponent=jnp.asarray(truth["normal_exponent"]),
+    )
     tb = np.asarray(lbs.taxel_bind_poses)
     clean = glove_forces(sensor, lbs, scene)
     rng = np.random.default_rng(1)
-    meas = clean + 0.01 * float(jnp.abs(clean).max()) * jnp.asarray(rng.standard_normal(clean.shape))
+    meas = clean + 0.01 * float(jnp.abs(clean).max()) * jnp.asarray(
+        rng.standard_normal(clean.shape)
+    )
     seen = np.abs(np.asarray(clean)).max(axis=(0, 2)) > 0
     d = rng.standard_normal((80, 3))
     ang = rng.standard_normal((80, 3))
-    xi = np.concatenate([0.003 * d / np.linalg.norm(d, axis=1, keepdims=True),
-                         np.radians(10) * ang / np.linalg.norm(ang, axis=1, keepdims=True)], 1)
+    xi = np.concatenate(
+        [
+            0.003 * d / np.linalg.norm(d, axis=1, keepdims=True),
+            np.radians(10) * ang / np.linalg.norm(ang, axis=1, keepdims=True),
+        ],
+        1,
+    )
     init = np.asarray(P.compose(jnp.asarray(tb), P.se3_exp(jnp.asarray(xi))))
     T = scene.T_root_joints.shape[0]
     print(f"{lbs.n_taxels} taxels, {T} frames, {a.steps} steps")
     t0 = time.perf_counter()
-    est, _, res = calibrate_bind_poses(sensor, lbs.replace(taxel_bind_poses=jnp.asarray(init)),
-                                       scene, meas, smoothing_schedule=(5e-4, 0.0),
-                                       steps_per_stage=a.steps // 2, learning_rate=5e-3)
+    est, _, res = calibrate_bind_poses(
+        sensor,
+        lbs.replace(taxel_bind_poses=jnp.asarray(init)),
+        scene,
+        meas,
+        smoothing_schedule=(5e-4, 0.0),
+        steps_per_stage=a.steps // 2,
+        learning_rate=5e-3,
+    )
     jax.block_until_ready(est)
     secs = time.perf_counter() - t0
     d1, a1 = pose_errors(est, tb)
-    print(f"fit {secs:.1f} s (compile included; {sum(r.compiles for r in res)} compilations); "
-          f"median error {np.median(d1[seen]) * 1e3:.3f} mm, {np.median(a1[seen]):.2f} deg")
-    emit({"bind_pose_fit_s": secs, "median_position_error_m": float(np.median(d1[seen])),
-          "median_angle_error_deg": float(np.median(a1[seen])), "frames": int(T),
-          "taxels": int(lbs.n_taxels), "steps": a.steps})
+    print(
+        f"fit {secs:.1f} s (compile included; {sum(r.compiles for r in res)} compilations); "
+        f"median error {np.median(d1[seen]) * 1e3:.3f} mm, {np.median(a1[seen]):.2f} deg"
+    )
+    emit(
+        {
+            "bind_pose_fit_s": secs,
+            "median_position_error_m": float(np.median(d1[seen])),
+            "median_angle_error_deg": float(np.median(a1[seen])),
+            "frames": int(T),
+            "taxels": int(lbs.n_taxels),
+            "steps": a.steps,
+        }
+    )
 
 
 if __name__ == "__main__":
