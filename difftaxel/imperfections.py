@@ -106,6 +106,20 @@ def crosstalk_matrix(kernel: Array, ny: int, nx: int) -> Array:
     return jnp.where(jnp.asarray(ok), kernel.reshape(-1)[jnp.asarray(idx)], 0.0)
 
 
+def standard_normal(key, shape: tuple, dtype) -> Array:
+    """Standard normal draws by the Box-Muller transform of uniform draws.
+
+    Exactly Gaussian (up to floating point), ~2-3x cheaper than ``jax.random.normal`` on the CPU
+    (which inverts the error function per draw): each pair of uniforms gives two normals.
+    """
+    n = int(np.prod(shape))
+    h = (n + 1) // 2
+    u = jax.random.uniform(key, (2, h), dtype, minval=jnp.finfo(dtype).tiny, maxval=1.0)
+    r = jnp.sqrt(-2.0 * jnp.log(u[0]))
+    t = (2.0 * jnp.pi) * u[1]
+    return jnp.concatenate([r * jnp.cos(t), r * jnp.sin(t)])[:n].reshape(shape)
+
+
 @pytree_dataclass
 class ChainState:
     """State of the imperfection chain for one environment.
@@ -439,17 +453,19 @@ class Imperfections:
         dtype = value.dtype
         rw = jnp.broadcast_to(self.random_walk.astype(dtype), value.shape)
         nz = jnp.broadcast_to(self.noise.astype(dtype), value.shape)
-        if key is None:
-            k_rw = k_n = None
-        else:
-            k_rw, k_n = jax.random.split(key)
+        use_rw = "random_walk" in self.active_stages
+        use_n = "noise" in self.active_stages
+        z = None
+        if key is not None and (use_rw or use_n):
+            # one draw for both stages (fewer random bits and kernel launches)
+            z = standard_normal(key, (int(use_rw) + int(use_n),) + value.shape, dtype)
         walk = state.walk
-        if "random_walk" in self.active_stages:
-            if k_rw is not None:
-                walk = walk + rw * jax.random.normal(k_rw, value.shape, dtype)
+        if use_rw:
+            if z is not None:
+                walk = walk + rw * z[0]
             value = value + walk
-        if k_n is not None and "noise" in self.active_stages:
-            value = value + nz * jax.random.normal(k_n, value.shape, dtype)
+        if use_n and z is not None:
+            value = value + nz * z[-1]
         if "bias" in self.active_stages:
             value = value + jnp.broadcast_to(self.bias.astype(dtype), value.shape)
         if "resolution" in self.active_stages:
