@@ -152,3 +152,32 @@ def noised_radius(radius: Array, noise: Array, key) -> Array:
     u = jax.random.uniform(key, radius.shape, radius.dtype)
     noisy = jnp.maximum(radius + (2.0 * u - 1.0) * noise, 0.0)
     return jnp.where(noise > _eps(radius.dtype), noisy, radius)
+
+
+def split3(key):
+    """Three independent keys (radius noise, hardware chain, delay/jitter), or Nones."""
+    if key is None:
+        return None, None, None
+    k = jax.random.split(key, 3)
+    return k[0], k[1], k[2]
+
+
+def reset_gain_and_chain(sensor, key, n_channels):
+    """A reset's per-episode draws: ``(probe_gain [N], chain state)``.
+
+    The gain is ``sensor.probe_gain`` or, with ``probe_gain_resample_range=(lo, hi)``, drawn
+    ``U(lo, hi)`` per probe from ``key``; dead taxels are drawn by the imperfection chain.
+    """
+    g = sensor.probe_gain
+    k_gain = k_chain = None
+    if key is not None:
+        k_gain, k_chain = jax.random.split(key)
+    if sensor.probe_gain_resample_range is not None:
+        if key is None:
+            raise ValueError(
+                f"key: {type(sensor).__name__}.init_state needs a PRNG key to resample probe_gain"
+            )
+        lo, hi = sensor.probe_gain_resample_range
+        g = jax.random.uniform(k_gain, g.shape, g.dtype, lo, hi)
+    chain = sensor.imperfections.init(k_chain, g.shape[0], n_channels, g.dtype)
+    return g, chain

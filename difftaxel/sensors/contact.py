@@ -52,6 +52,8 @@ from .base import (
     check_inputs_trace,
     clamp_depth,
     noised_radius,
+    reset_gain_and_chain,
+    split3,
     step_gate,
 )
 
@@ -194,27 +196,9 @@ class ProbeState:
 
 
 def _init_probe_state(sensor, key, n_channels) -> ProbeState:
-    g = sensor.probe_gain
-    k_gain = k_chain = None
-    if key is not None:
-        k_gain, k_chain = jax.random.split(key)
-    if sensor.probe_gain_resample_range is not None:
-        if key is None:
-            raise ValueError(
-                f"key: {type(sensor).__name__}.init_state needs a PRNG key to resample probe_gain"
-            )
-        lo, hi = sensor.probe_gain_resample_range
-        g = jax.random.uniform(k_gain, g.shape, g.dtype, lo, hi)
+    g, chain = reset_gain_and_chain(sensor, key, n_channels)
     z = jnp.zeros_like(g)
-    chain = sensor.imperfections.init(k_chain, g.shape[0], n_channels, g.dtype)
     return ProbeState(probe_gain=g, latch_measured=z, latch_ground_truth=z, chain=chain)
-
-
-def _split3(key):
-    if key is None:
-        return None, None, None
-    k = jax.random.split(key, 3)
-    return k[0], k[1], k[2]
 
 
 def _out_shape(sensor, tail=()):
@@ -352,7 +336,7 @@ class ContactDepthProbe:
 
         ``key`` drives radius noise, white noise, random walk and jitter; ``None`` draws
         nothing (a noise-free step)."""
-        k_r, k_hw, k_d = _split3(key)
+        k_r, k_hw, k_d = split3(key)
         m, gt = self.depths(state, inputs, k_r)
         chain, v = self._chain(state, m, inputs, k_hw)
         chain, v = self.imperfections.apply_delay(chain, v, k_d)
@@ -416,7 +400,7 @@ class ContactProbe:
 
     def step(self, state: ProbeState, inputs: SensorInputs, key=None):
         """One reading; returns the new latches in the state."""
-        k_r, k_hw, k_d = _split3(key)
+        k_r, k_hw, k_d = split3(key)
         m, gt = self.depths(state, inputs, k_r)
         chain, v = self._chain(state, m, inputs, k_hw)
         active = self.probe_radius > 0
@@ -566,7 +550,7 @@ class KinematicTaxel:
         The measured branch goes through crosstalk, hysteresis, random walk, noise, bias,
         quantisation, dead taxels and delay (``[H, *layout, 3]`` with history). ``key`` drives
         every random draw; ``None`` draws nothing."""
-        k_r, k_hw, k_d = _split3(key)
+        k_r, k_hw, k_d = split3(key)
         m, g = self.forces(state, inputs, k_r)
         imp = self.imperfections
         v = jnp.concatenate([m.force, m.torque], axis=-1)  # [N, 6]

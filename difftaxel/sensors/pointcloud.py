@@ -22,7 +22,15 @@ from .._numerics import cross, dot, safe_norm, safe_pow
 from .._numerics import eps as _eps
 from .._pytree import pytree_dataclass, replace, static_field
 from ..imperfections import ChainState, Imperfections, grid_metadata
-from .base import Reading, SensorInputs, TaxelReading, check_inputs_trace, noised_radius
+from .base import (
+    Reading,
+    SensorInputs,
+    TaxelReading,
+    check_inputs_trace,
+    noised_radius,
+    reset_gain_and_chain,
+    split3,
+)
 
 Array = jax.Array
 
@@ -181,29 +189,13 @@ def _check_track(name, track):
 
 
 def _init_pc_state(sensor, key, n_channels, n_anchor) -> PointCloudState:
-    g = sensor.probe_gain
-    k_gain = k_chain = None
-    if key is not None:
-        k_gain, k_chain = jax.random.split(key)
-    if sensor.probe_gain_resample_range is not None:
-        if key is None:
-            raise ValueError(f"key: {type(sensor).__name__}.init_state needs a PRNG key")
-        lo, hi = sensor.probe_gain_resample_range
-        g = jax.random.uniform(k_gain, g.shape, g.dtype, lo, hi)
-    chain = sensor.imperfections.init(k_chain, g.shape[0], n_channels, g.dtype)
+    g, chain = reset_gain_and_chain(sensor, key, n_channels)
     return PointCloudState(
         probe_gain=g,
         anchored=jnp.zeros((n_anchor,), bool),
         anchor_entry=jnp.zeros((n_anchor, 3), g.dtype),
         chain=chain,
     )
-
-
-def _split3(key):
-    if key is None:
-        return None, None, None
-    k = jax.random.split(key, 3)
-    return k[0], k[1], k[2]
 
 
 def _common_post(self, name, allow_crosstalk, grid_normal=None):
@@ -399,7 +391,7 @@ class ProximityTaxel:
 
     def step(self, state: PointCloudState, inputs: SensorInputs, key=None):
         """One reading: force (N) and torque (N*m), ``[*layout, 3]``, sensor link frame."""
-        k_r, k_hw, k_d = _split3(key)
+        k_r, k_hw, k_d = split3(key)
         m, g = self.forces(state, inputs, k_r)
         imp = self.imperfections
         v = jnp.concatenate([m.force, m.torque], axis=-1)
@@ -743,7 +735,7 @@ class ElastomerTaxel:
 
     def step(self, state: PointCloudState, inputs: SensorInputs, key=None):
         """One reading ``[*layout, 3]`` (m, link frame) per branch."""
-        _, k_hw, k_d = _split3(key)
+        _, k_hw, k_d = split3(key)
         state, u = self.displacement(state, inputs)
         imp = self.imperfections
         chain, v = imp.apply_hysteresis(state.chain, u, inputs.dt)
