@@ -47,3 +47,36 @@ def emit(figures: dict) -> None:
     """Print the machine then, on the last line, one JSON object of the figures."""
     print("# machine:", json.dumps(machine()))
     print(json.dumps(figures))
+
+
+def kinematic_scene(**extra):
+    """The benchmarks' KinematicTaxel scene: an 11 x 11 grid (3 mm pitch) on a pad whose link
+    sits at z = 5 mm, a 1 cm sphere 1 mm deep sliding at 8 cm/s and spinning at 1 rad/s.
+
+    Returns ``(sensor, bodies, inputs)``; ``extra`` goes to the KinematicTaxel constructor.
+    """
+    import numpy as np
+
+    import difftaxel as dt
+    from difftaxel.sensors import KinematicTaxel, make_inputs
+
+    grid = dt.generate_grid_points_on_plane(
+        (-0.015, -0.015, 0.005), (0.015, 0.015, 0.005), (0, 0, 1), 11, 11
+    )
+    kw = dict(
+        probe_local_pos=grid,
+        probe_radius=0.002,
+        normal_stiffness=2000.0,
+        normal_damping=50.0,
+        normal_exponent=1.5,
+        shear_scalar=3.0,
+        twist_scalar=0.5,
+    )
+    kw.update(extra)
+    bodies = dt.Bodies(
+        (dt.Sphere(radius=0.01),),
+        np.array([[0, 0, 0.019, 0, 0, 0, 1.0]]),
+        np.array([[0.08, 0, 0, 0, 0, 1.0]]),
+    )
+    inputs = make_inputs(np.array([0, 0, 0.005, 0, 0, 0, 1.0]), bodies, dt=0.005)
+    return KinematicTaxel(**kw), bodies, inputs

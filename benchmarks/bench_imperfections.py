@@ -19,10 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from _common import emit, time_jitted  # noqa: E402
+from _common import emit, kinematic_scene, time_jitted  # noqa: E402
 
 import difftaxel as dt  # noqa: E402
-from difftaxel.sensors import KinematicTaxel, make_inputs  # noqa: E402
 
 
 def main():
@@ -30,61 +29,27 @@ def main():
     ap.add_argument("--envs", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=9)
     a = ap.parse_args()
-    grid = dt.generate_grid_points_on_plane(
-        (-0.015, -0.015, 0.005), (0.015, 0.015, 0.005), (0, 0, 1), 11, 11
+    chain = dict(
+        hysteresis_strength=0.5,
+        hysteresis_tau=0.1,
+        crosstalk_strength=0.3,
+        crosstalk_sigma=0.003,
+        dead_taxel_probability=0.02,
+        dead_taxel_value_range=(0, 0.1),
+        bias=5e-4,
+        resolution=5e-4,
+        delay=0.01,
+        dt=0.005,
     )
-    kw = dict(
-        probe_local_pos=grid,
-        probe_radius=0.002,
-        normal_stiffness=2000.0,
-        normal_damping=50.0,
-        normal_exponent=1.5,
-        shear_scalar=3.0,
-        twist_scalar=0.5,
-    )
-    bare = KinematicTaxel(**kw)
-    full = KinematicTaxel(
-        **kw,
+    bare, bodies, inp = kinematic_scene()
+    full, _, _ = kinematic_scene(
         probe_radius_noise=1e-4,
         probe_gain_resample_range=(0.8, 1.2),
-        imperfections=dt.Imperfections(
-            hysteresis_strength=0.5,
-            hysteresis_tau=0.1,
-            crosstalk_strength=0.3,
-            crosstalk_sigma=0.003,
-            dead_taxel_probability=0.02,
-            dead_taxel_value_range=(0, 0.1),
-            noise=1e-3,
-            random_walk=1e-4,
-            bias=5e-4,
-            resolution=5e-4,
-            delay=0.01,
-            jitter=0.001,
-            dt=0.005,
-        ),
+        imperfections=dt.Imperfections(**chain, noise=1e-3, random_walk=1e-4, jitter=0.001),
     )
-    deterministic = KinematicTaxel(
-        **kw,
-        probe_gain_resample_range=(0.8, 1.2),
-        imperfections=dt.Imperfections(
-            hysteresis_strength=0.5,
-            hysteresis_tau=0.1,
-            crosstalk_strength=0.3,
-            crosstalk_sigma=0.003,
-            dead_taxel_probability=0.02,
-            dead_taxel_value_range=(0, 0.1),
-            bias=5e-4,
-            resolution=5e-4,
-            delay=0.01,
-            dt=0.005,
-        ),
+    deterministic, _, _ = kinematic_scene(
+        probe_gain_resample_range=(0.8, 1.2), imperfections=dt.Imperfections(**chain)
     )
-    bodies = dt.Bodies(
-        (dt.Sphere(radius=0.01),),
-        np.array([[0, 0, 0.019, 0, 0, 0, 1.0]]),
-        np.array([[0.08, 0, 0, 0, 0, 1.0]]),
-    )
-    inp = make_inputs(np.array([0, 0, 0.005, 0, 0, 0, 1.0]), bodies, dt=0.005)
     E = a.envs
     rng = np.random.default_rng(0)
     poses = np.tile(bodies.poses[0], (E, 1))

@@ -19,10 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from _common import emit, time_jitted  # noqa: E402
-
-import difftaxel as dt  # noqa: E402
-from difftaxel.sensors import KinematicTaxel, make_inputs  # noqa: E402
+from _common import emit, kinematic_scene, time_jitted  # noqa: E402
 
 
 def main():
@@ -30,24 +27,7 @@ def main():
     ap.add_argument("--envs", type=int, nargs="+", default=[64, 1024, 4096])
     ap.add_argument("--repeats", type=int, default=7)
     a = ap.parse_args()
-    grid = dt.generate_grid_points_on_plane(
-        (-0.015, -0.015, 0.005), (0.015, 0.015, 0.005), (0, 0, 1), 11, 11
-    )
-    kt = KinematicTaxel(
-        probe_local_pos=grid,
-        probe_radius=0.002,
-        normal_stiffness=2000.0,
-        normal_damping=50.0,
-        normal_exponent=1.5,
-        shear_scalar=3.0,
-        twist_scalar=0.5,
-    )
-    bodies = dt.Bodies(
-        (dt.Sphere(radius=0.01),),
-        np.array([[0, 0, 0.019, 0, 0, 0, 1.0]]),
-        np.array([[0.08, 0, 0, 0, 0, 1.0]]),
-    )
-    inp = make_inputs(np.array([0, 0, 0.005, 0, 0, 0, 1.0]), bodies)
+    kt, bodies, inp = kinematic_scene()
     st = kt.init_state()
 
     def forward(sensor, poses):

@@ -154,6 +154,21 @@ def noised_radius(radius: Array, noise: Array, key) -> Array:
     return jnp.where(noise > _eps(radius.dtype), noisy, radius)
 
 
+def prep_layout(name: str, pos):
+    """Validate a probe layout ``[N, 3]`` or ``[ny, nx, 3]`` (m, link frame) on the host.
+
+    Returns ``(flat [N, 3] float64 numpy, layout tuple)``; errors name ``<name>.probe_local_pos``.
+    """
+    p = np.asarray(pos, dtype=float)
+    if p.ndim not in (2, 3) or p.shape[-1] != 3 or p.size == 0:
+        raise ValueError(
+            f"{name}.probe_local_pos: expected shape (N, 3) or (ny, nx, 3), got {p.shape}"
+        )
+    if not np.all(np.isfinite(p)):
+        raise ValueError(f"{name}.probe_local_pos: expected finite values")
+    return p.reshape(-1, 3), tuple(int(v) for v in p.shape[:-1])
+
+
 def split3(key):
     """Three independent keys (radius noise, hardware chain, delay/jitter), or Nones."""
     if key is None:

@@ -52,6 +52,7 @@ from .base import (
     check_inputs_trace,
     clamp_depth,
     noised_radius,
+    prep_layout,
     reset_gain_and_chain,
     split3,
     step_gate,
@@ -66,15 +67,7 @@ __all__ = ["ContactDepthProbe", "ContactProbe", "KinematicTaxel", "ProbeState"]
 
 
 def _prepare_probes(cls_name, probe_local_pos, probe_radius, allow_filler):
-    pos = np.asarray(probe_local_pos, dtype=float)
-    if pos.ndim not in (2, 3) or pos.shape[-1] != 3 or pos.size == 0:
-        raise ValueError(
-            f"{cls_name}.probe_local_pos: expected shape (N, 3) or (ny, nx, 3), got {pos.shape}"
-        )
-    if not np.all(np.isfinite(pos)):
-        raise ValueError(f"{cls_name}.probe_local_pos: expected finite values")
-    layout = pos.shape[:-1]
-    flat = pos.reshape(-1, 3)
+    flat, layout = prep_layout(cls_name, probe_local_pos)
     n = flat.shape[0]
     r = np.asarray(probe_radius, dtype=float)
     if r.ndim != 0 and r.shape not in ((n,), layout):

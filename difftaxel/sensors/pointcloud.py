@@ -28,6 +28,7 @@ from .base import (
     TaxelReading,
     check_inputs_trace,
     noised_radius,
+    prep_layout,
     reset_gain_and_chain,
     split3,
 )
@@ -134,17 +135,6 @@ def _prep_normals(name, normal, n):
     return a / nrm
 
 
-def _prep_layout(name, pos):
-    p = np.asarray(pos, dtype=float)
-    if p.ndim not in (2, 3) or p.shape[-1] != 3 or p.size == 0:
-        raise ValueError(
-            f"{name}.probe_local_pos: expected shape (N, 3) or (ny, nx, 3), got {p.shape}"
-        )
-    if not np.all(np.isfinite(p)):
-        raise ValueError(f"{name}.probe_local_pos: expected finite values")
-    return p.reshape(-1, 3), tuple(int(v) for v in p.shape[:-1])
-
-
 def _per_probe(name, v, n, *, positive=False, allow_zero=True):
     a = np.asarray(v, dtype=float)
     if a.ndim and a.size != n:
@@ -199,7 +189,7 @@ def _init_pc_state(sensor, key, n_channels, n_anchor) -> PointCloudState:
 
 
 def _common_post(self, name, allow_crosstalk, grid_normal=None):
-    flat, layout = _prep_layout(name, self.probe_local_pos)
+    flat, layout = prep_layout(name, self.probe_local_pos)
     n = flat.shape[0]
     dt = jnp.result_type(float)
     g = _per_probe(f"{name}.probe_gain", self.probe_gain, n, positive=True, allow_zero=False)
@@ -269,7 +259,7 @@ class ProximityTaxel:
 
     def __post_init__(self):
         name = "ProximityTaxel"
-        flat, layout = _prep_layout(name, self.probe_local_pos)
+        flat, layout = prep_layout(name, self.probe_local_pos)
         n = flat.shape[0]
         nrm = _prep_normals(name, self.probe_local_normal, n)
         gn = nrm.mean(0)
@@ -496,7 +486,7 @@ class ElastomerTaxel:
 
     def __post_init__(self):
         name = "ElastomerTaxel"
-        flat, layout = _prep_layout(name, self.probe_local_pos)
+        flat, layout = prep_layout(name, self.probe_local_pos)
         n = flat.shape[0]
         _common_post(self, name, allow_crosstalk=False)
         nrm = _prep_normals(name, self.probe_local_normal, n)
