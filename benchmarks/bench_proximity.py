@@ -4,7 +4,8 @@ One jitted vmapped step (measured branch) per configuration; peak memory is XLA'
 estimate (arguments + outputs + temporaries, `compiled.memory_analysis()`), measured for the
 headline case. Headline: 1024 environments x 121 probes x 500 points.
 
-Usage: python benchmarks/bench_proximity.py
+Usage: python benchmarks/bench_proximity.py  (every configuration twice: exhaustive and with
+max_candidates, side by side)
 Last line: {"probe_steps_per_s": ..., "peak_bytes": ..., "sweep": [...]}
 """
 
@@ -26,7 +27,7 @@ import difftaxel as dt  # noqa: E402
 from difftaxel.sensors import ProximityTaxel, TrackedPoints, make_inputs  # noqa: E402
 
 
-def run(E, n_side, M, chunk, repeats):
+def run(E, n_side, M, chunk, repeats, max_candidates=None):
     half = 0.0015 * (n_side - 1)
     grid = dt.generate_grid_points_on_plane(
         (-half, -half, 0), (half, half, 0), (0, 0, 1), n_side, n_side
@@ -38,6 +39,7 @@ def run(E, n_side, M, chunk, repeats):
         probe_radius=0.003,
         shear_coupling=1.0,
         point_chunk=chunk,
+        max_candidates=max_candidates,
     )
     b = dt.Bodies(
         (dt.Sphere(radius=0.01),),
@@ -52,52 +54,78 @@ def run(E, n_side, M, chunk, repeats):
     poses = jnp.asarray(poses, jnp.float32)
 
     def f(poses):
-        return jax.vmap(
-            lambda p: s.step(st, inp.replace(bodies=inp.bodies.with_state(p[None])))[1].measured
-        )(poses)
+        def one(p):
+            st1, r = s.step(st, inp.replace(bodies=inp.bodies.with_state(p[None])))
+            return r.measured, st1.candidate_overflow
+
+        return jax.vmap(one)(poses)
 
     comp, t = time_jitted(f, poses, repeats=repeats)
+    overflow = bool(jnp.any(jax.jit(f)(poses)[1]))
     mem = jax.jit(f).lower(poses).compile().memory_analysis()
     peak = None
     if mem is not None:
         peak = int(mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes)
-    return E * s.n_probes / t, peak, comp
+    return E * s.n_probes / t, peak, comp, overflow
+
+
+# (envs, grid side, points, capacity): the capacity covers the points inside the probes'
+# bounding box in this scene (13 / 65 / 247 of 100 / 500 / 2000), so no step overflows.
+SWEEP = [
+    (64, 5, 500, 80),
+    (64, 11, 500, 80),
+    (1024, 11, 100, 16),
+    (1024, 11, 500, 80),
+    (1024, 11, 2000, 256),
+    (4096, 11, 500, 80),
+    (4096, 11, 2000, 256),
+]
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--chunk", type=int, default=64)
+    ap.add_argument(
+        "--skip-exhaustive-above",
+        type=int,
+        default=2 * 10**8,
+        help="skip the every-point run when envs*probes*points exceeds this",
+    )
     a = ap.parse_args()
     sweep = []
-    for E, n_side, M in [
-        (64, 5, 500),
-        (64, 11, 500),
-        (1024, 11, 100),
-        (1024, 11, 500),
-        (1024, 11, 2000),
-        (4096, 11, 500),
-    ]:
-        rate, peak, comp = run(E, n_side, M, a.chunk, a.repeats)
-        sweep.append(
-            {
-                "envs": E,
-                "probes": n_side**2,
-                "points": M,
+    for E, n_side, M, K in SWEEP:
+        row = {"envs": E, "probes": n_side**2, "points": M, "max_candidates": K}
+        for tag, cap in (("preselected", K), ("exhaustive", None)):
+            if cap is None and E * n_side**2 * M > a.skip_exhaustive_above:
+                continue
+            rate, peak, comp, over = run(E, n_side, M, a.chunk, a.repeats, cap)
+            row[tag] = {
                 "probe_steps_per_s": rate,
                 "peak_bytes": peak,
                 "compile_s": comp,
+                "overflow": over,
             }
-        )
-        print(
-            f"E={E:5d} probes={n_side**2:4d} points={M:5d}  {rate:.3e} probe-steps/s  "
-            f"peak {peak / 2**20 if peak else float('nan'):.1f} MiB  compile {comp:.2f} s"
-        )
+            print(
+                f"E={E:5d} probes={n_side**2:4d} points={M:5d} {tag:11s} "
+                f"{rate:.3e} probe-steps/s  peak {peak / 2**20 if peak else float('nan'):.1f} MiB"
+                f"  compile {comp:.2f} s  overflow {over}",
+                flush=True,
+            )
+        if "exhaustive" in row:
+            row["speedup"] = (
+                row["preselected"]["probe_steps_per_s"] / row["exhaustive"]["probe_steps_per_s"]
+            )
+            print(f"    pre-selection speed-up {row['speedup']:.1f}x", flush=True)
+        sweep.append(row)
     head = next(r for r in sweep if r["envs"] == 1024 and r["probes"] == 121 and r["points"] == 500)
+    big = next(r for r in sweep if r["envs"] == 4096 and r["points"] == 2000)
     emit(
         {
-            "probe_steps_per_s": head["probe_steps_per_s"],
-            "peak_bytes": head["peak_bytes"],
+            "probe_steps_per_s": head["preselected"]["probe_steps_per_s"],
+            "peak_bytes": head["preselected"]["peak_bytes"],
+            "exhaustive_probe_steps_per_s": head["exhaustive"]["probe_steps_per_s"],
+            "peak_bytes_4096x121x2000": big["preselected"]["peak_bytes"],
             "sweep": sweep,
             "point_chunk": a.chunk,
             "dtype": "float32",
