@@ -316,24 +316,35 @@ class ProximityTaxel:
         """Per-episode state (a reset): gains and dead taxels drawn from ``key`` if configured."""
         return _init_pc_state(self, key, 6, 0)
 
-    def _candidates(self, pts, msk, T, R, radii):
-        """The first ``max_candidates`` tracked points inside the probes' bounding box.
+    def _candidates(self, inputs: SensorInputs, radii: Array, dtype):
+        """World positions, velocities, angular velocities ``[K, 3]`` and mask ``[K]`` of the
+        first ``K = max_candidates`` tracked points inside the probes' bounding box, and
+        whether more than ``K`` were inside (``[]`` bool).
 
         The box is the axis-aligned box of the (traced) probe positions in the link frame,
-        grown by the largest sensing radius; a point outside it is farther than its radius from
-        every probe and contributes nothing. Returns ``(index [K], valid [K], overflow [])``:
-        ``valid`` marks the slots holding a point, ``overflow`` that more than ``K`` points
-        were inside (the readings then miss the ones beyond the capacity).
+        grown by the largest sensing radius: a point outside it is farther than its radius from
+        every probe and contributes nothing. Only the selected points are moved to the world
+        frame; the selection itself carries no gradient (it is piecewise constant).
         """
-        dtype = pts.dtype
         K = int(self.max_candidates)
-        M = pts.shape[0]
-        q = jax.lax.stop_gradient(self.probe_local_pos.astype(dtype))
-        rmax = jax.lax.stop_gradient(jnp.max(radii))
-        local = jax.lax.stop_gradient(pts - T[None, :3]) @ jax.lax.stop_gradient(R)  # R^T p
+        track = self.track_points
+        bodies = inputs.bodies
+        T = jax.lax.stop_gradient(inputs.T_world_link)
+        body_mask = jnp.asarray(inputs.body_mask)
+        sg = jax.lax.stop_gradient
+        local, start = [], 0
+        for b, c in track.segments:
+            T_lb = sg(_pose.relative(T, bodies.poses[b].astype(dtype)))
+            R_lb = _pose.quat_to_matrix(T_lb[3:])
+            local.append(_pose.matrix_apply(R_lb, T_lb[:3], track.points[start : start + c]))
+            start += c
+        local = jnp.concatenate(local).astype(dtype)  # [M, 3], link frame
+        msk = jnp.concatenate([jnp.broadcast_to(body_mask[b], (c,)) for b, c in track.segments])
+        q = sg(self.probe_local_pos.astype(dtype))
+        rmax = sg(jnp.max(radii))
         # a relative margin keeps points whose world-frame distance rounds to <= R inside
         scale = jnp.max(jnp.abs(q)) + jnp.max(jnp.abs(T[:3])) + rmax
-        margin = rmax * (1.0 + 1e-3) + 64 * _eps(dtype) * jax.lax.stop_gradient(scale)
+        margin = rmax * (1.0 + 1e-3) + 64 * _eps(dtype) * scale
         lo = jnp.min(q, 0, keepdims=True) - margin  # [1, 3]
         hi = jnp.max(q, 0, keepdims=True) + margin
         inside = jnp.all((local >= lo) & (local <= hi), -1) & msk
@@ -343,8 +354,30 @@ class ProximityTaxel:
         idx = jnp.searchsorted(
             cum, jnp.arange(1, K + 1, dtype=jnp.int32), side="left", method="scan_unrolled"
         )
+        idx = jnp.minimum(idx, track.n_points - 1)
         valid = jnp.arange(K) < count
-        return jnp.minimum(idx, M - 1), valid, count > K
+        pb = track.points[idx].astype(dtype)  # [K, 3] body frames
+        segs = track.segments
+        if len(segs) == 1:
+            which = [None]
+        else:
+            bid = jnp.asarray(track.body_array())[idx]
+            which = [bid == b for b, _ in segs]
+        pos = vel = ang = None
+        for (b, _), w in zip(segs, which, strict=True):
+            Tb = bodies.poses[b].astype(dtype)
+            tw = bodies.twists[b].astype(dtype)
+            p = _pose.matrix_apply(_pose.quat_to_matrix(Tb[3:]), Tb[:3], pb)
+            v = tw[None, :3] + cross(tw[None, 3:], p - Tb[None, :3])
+            o = jnp.broadcast_to(tw[3:], p.shape)
+            if w is None:
+                pos, vel, ang = p, v, o
+            else:
+                w3 = w[:, None]
+                pos = p if pos is None else jnp.where(w3, p, pos)
+                vel = v if vel is None else jnp.where(w3, v, vel)
+                ang = o if ang is None else jnp.where(w3, o, ang)
+        return pos, vel, ang, valid, count > K
 
     def _accumulate(self, inputs: SensorInputs, radii: Array):
         """``S [B, N]``, ``V [B, N, 3]``, ``W [B, N]`` for each radius branch ``radii [B, N]``,
@@ -357,11 +390,11 @@ class ProximityTaxel:
         a = a / (safe_norm(a, keepdims=True) + _eps(dtype))
         tl = inputs.twist_link.astype(dtype)
         v_tax = tl[None, :3] + cross(tl[None, 3:], p - T[None, :3])
-        pts, vel, ang, msk = self.track_points.world(inputs, dtype)
         overflow = jnp.zeros((), bool)
-        if self.max_candidates is not None and int(self.max_candidates) < pts.shape[0]:
-            idx, valid, overflow = self._candidates(pts, msk, T, R, radii)
-            pts, vel, ang, msk = pts[idx], vel[idx], ang[idx], valid
+        if self.max_candidates is not None and self.max_candidates < self.track_points.n_points:
+            pts, vel, ang, msk, overflow = self._candidates(inputs, radii, dtype)
+        else:
+            pts, vel, ang, msk = self.track_points.world(inputs, dtype)
         M = pts.shape[0]
         n_chunks = -(-M // int(self.point_chunk))
         C = -(-M // n_chunks)  # chunks of equal size <= point_chunk, the least padding
