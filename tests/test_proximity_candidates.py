@@ -113,26 +113,21 @@ def test_preselection_gradients(scene):
     st = sel.init_state()
     w = jnp.linspace(0.5, 1.5, 3)[None, None]
 
-    def f(params):
-        xi, k, probes = params
-        b = inp.bodies.with_state(dt.pose.compose(inp.bodies.poses, dt.pose.se3_exp(xi)[None]))
-        s = sel.replace(stiffness=k, probe_local_pos=probes)
-        r = s.step(st, inp.replace(bodies=b))[1].ground_truth
-        return jnp.sum(r.force * w) + 100 * jnp.sum(r.torque * w)
+    def loss_of(sensor):
+        def f(params):
+            xi, k, probes = params
+            b = inp.bodies.with_state(dt.pose.compose(inp.bodies.poses, dt.pose.se3_exp(xi)[None]))
+            s = sensor.replace(stiffness=k, probe_local_pos=probes)
+            r = s.step(st, inp.replace(bodies=b))[1].ground_truth
+            return jnp.sum(r.force * w) + 100 * jnp.sum(r.torque * w)
 
+        return f
+
+    f, f_full = loss_of(sel), loss_of(sel.replace(max_candidates=None))
     params = (jnp.zeros(6), sel.stiffness, sel.probe_local_pos)
     check_grad_fd(
         jax.jit(f), params, step=1e-8, rtol=1e-4, atol=1e-6, coordinates=False, n_directions=5
     )
-    full = sel.replace(max_candidates=None)
-
-    def f_full(params):
-        xi, k, probes = params
-        b = inp.bodies.with_state(dt.pose.compose(inp.bodies.poses, dt.pose.se3_exp(xi)[None]))
-        s = full.replace(stiffness=k, probe_local_pos=probes)
-        r = s.step(st, inp.replace(bodies=b))[1].ground_truth
-        return jnp.sum(r.force * w) + 100 * jnp.sum(r.torque * w)
-
     assert_trees_close(
         jax.jit(jax.grad(f))(params), jax.jit(jax.grad(f_full))(params), rtol=1e-10, atol=1e-14
     )
