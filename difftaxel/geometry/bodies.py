@@ -10,7 +10,7 @@ from .. import pose as _pose
 from .._numerics import cross
 from .._pytree import pytree_dataclass
 from .._validate import check_finite, check_pose, check_shape
-from .shapes import shape_sdf_world
+from .shapes import sdf_local_xyz, shape_sdf_world
 
 Array = jax.Array
 
@@ -135,26 +135,48 @@ class Bodies:
         every point costs one rigid transform in and one rotation out (the fast path used by
         the sensors, whose probes live in the sensor link frame).
         """
-        dtype = points_frame.dtype
+        p = points_frame
+        sd, n, mask = self.query_in_frame_xyz(
+            T_world_frame, (p[..., 0], p[..., 1], p[..., 2]), body_mask
+        )
+        return ShapeQuery(sd=sd, normal=jnp.stack(n, axis=-1), mask=mask)
+
+    def query_in_frame_xyz(
+        self, T_world_frame: Array, points_frame: tuple, body_mask: Array | None = None
+    ) -> tuple[Array, tuple, Array]:
+        """:meth:`query_in_frame` on coordinate planes.
+
+        Args:
+          T_world_frame: ``[7]`` pose of frame F (position m, quaternion x, y, z, w).
+          points_frame: ``(x, y, z)``, each ``[P]``: the points in frame F (m).
+          body_mask: optional ``[B]`` bool, as in :meth:`query`.
+
+        Returns:
+          ``(sd [S, P], (nx, ny, nz) each [S, P], mask [S, P])``: normals in frame F; masked
+          entries have ``sd = 1e6``. The planar form keeps every per-point array free of a
+          trailing axis of size 3, which XLA's CPU backend handles poorly.
+        """
+        x, y, z = points_frame
+        dtype = x.dtype
         T_frame_world = _pose.inverse(T_world_frame.astype(dtype))
-        sds, normals = [], []
-        zero = jnp.zeros(3, dtype)
+        sds, ns = [], []
         for s in self.shapes:
             T_world_shape = _pose.compose(
                 self.poses[s.body].astype(dtype), s.T_body_shape.astype(dtype)
             )
             T_frame_shape = _pose.compose(T_frame_world, T_world_shape)
             R = _pose.quat_to_matrix(T_frame_shape[3:])
-            t = T_frame_shape[:3]
-            p_shape = _pose.matrix_apply(R.T, -(R.T @ t), points_frame)
-            sd, n = s.sdf_local(p_shape)
+            t = -(R.T @ T_frame_shape[:3])
+            # shape-frame point = R^T p - R^T t_fs, one plane at a time
+            ps = [R[0, i] * x + R[1, i] * y + R[2, i] * z + t[i] for i in range(3)]
+            sd, m = sdf_local_xyz(s, *ps)
             sds.append(sd)
-            normals.append(_pose.matrix_apply(R, zero, n))
+            ns.append([R[i, 0] * m[0] + R[i, 1] * m[1] + R[i, 2] * m[2] for i in range(3)])
         sd = jnp.stack(sds)
-        normal = jnp.stack(normals)
+        normal = tuple(jnp.stack([n[i] for n in ns]) for i in range(3))
         mask = self._mask(body_mask, sd.shape)
         sd = jnp.where(mask, sd, jnp.asarray(1e6, sd.dtype))
-        return ShapeQuery(sd=sd, normal=normal, mask=mask)
+        return sd, normal, mask
 
     def _mask(self, body_mask, shape):
         if body_mask is None:

@@ -11,6 +11,13 @@ outward normal (the normalised gradient of ``sd`` wherever it is differentiable)
 gradient is undefined (a sphere's centre, a box's medial planes) the normal of one adjacent
 region is returned (the zero vector at a sphere's centre, as in Genesis).
 
+``shape.sdf_local_xyz(x, y, z)`` is the same query on coordinate planes: ``x, y, z [...]``
+(shape frame, m) in, ``(sd [...], (nx, ny, nz))`` out. The analytic shapes implement their
+formula once, in this form (``sdf_local`` stacks its normal); the sensors' hot path uses it
+because XLA's CPU backend vectorises a trailing axis of size 3 poorly (one ``[..., 3]`` array
+costs about as much as three planes, but every reduction over it is a separate shuffle).
+:func:`sdf_local_xyz` gives the planar form of any shape (stacking for the grid and mesh).
+
 Sign convention: ``sd > 0`` outside, ``< 0`` inside, 0 on the surface.
 """
 
@@ -24,13 +31,13 @@ import numpy as np
 
 from .. import pose as _pose
 from .._numerics import eps as _eps
-from .._numerics import lead, safe_norm, safe_normalize
+from .._numerics import safe_norm, safe_normalize
 from .._pytree import pytree_dataclass, static_field
 from .._validate import check_last_dim, check_pose, check_positive
 
 Array = jax.Array
 
-__all__ = ["Shape", "Sphere", "Plane", "Box", "Capsule", "Cylinder"]
+__all__ = ["Shape", "Sphere", "Plane", "Box", "Capsule", "Cylinder", "sdf_local_xyz"]
 
 
 def _identity_pose():
@@ -51,6 +58,31 @@ def _check_common(obj) -> None:
 
 def _sign_nonzero(x: Array) -> Array:
     return jnp.where(x >= 0, 1.0, -1.0).astype(x.dtype)
+
+
+def _norm3(x, y, z):
+    """``|(x, y, z)|`` on planes, gradient 0 (not NaN) at the origin."""
+    sq = x * x + y * y + z * z
+    pos = sq > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, sq, 1.0)), 0.0)
+
+
+def _stacked(xyz_fn, p):
+    sd, n = xyz_fn(p[..., 0], p[..., 1], p[..., 2])
+    return sd, jnp.stack(n, axis=-1)
+
+
+def sdf_local_xyz(shape, x: Array, y: Array, z: Array):
+    """``(sd [...], (nx, ny, nz))`` of ``shape`` at shape-frame points given as planes ``[...]``.
+
+    The analytic shapes answer on planes directly; any other shape (``GridSDF``,
+    ``TriangleMesh``) through its ``sdf_local`` on stacked points.
+    """
+    f = getattr(shape, "sdf_local_xyz", None)
+    if f is not None:
+        return f(x, y, z)
+    sd, n = shape.sdf_local(jnp.stack([x, y, z], axis=-1))
+    return sd, (n[..., 0], n[..., 1], n[..., 2])
 
 
 class Shape:
@@ -85,8 +117,12 @@ class Sphere(Shape):
         _check_common(self)
 
     def sdf_local(self, p):
-        d = safe_norm(p)
-        return d - self.radius, p / jnp.maximum(d, _eps(p.dtype))[..., None]
+        return _stacked(self.sdf_local_xyz, p)
+
+    def sdf_local_xyz(self, x, y, z):
+        d = _norm3(x, y, z)
+        inv = 1.0 / jnp.maximum(d, _eps(x.dtype))
+        return d - self.radius.astype(x.dtype), (x * inv, y * inv, z * inv)
 
     def aabb_local(self):
         r = jnp.broadcast_to(jnp.asarray(self.radius), (3,))
@@ -118,8 +154,12 @@ class Plane(Shape):
         _check_common(self)
 
     def sdf_local(self, p):
-        n = jnp.broadcast_to(self.normal, p.shape).astype(p.dtype)
-        return jnp.sum(p * n, axis=-1), n
+        return _stacked(self.sdf_local_xyz, p)
+
+    def sdf_local_xyz(self, x, y, z):
+        n = self.normal.astype(x.dtype)
+        sd = n[0] * x + n[1] * y + n[2] * z
+        return sd, tuple(jnp.broadcast_to(n[i], sd.shape) for i in range(3))
 
     def aabb_local(self):
         return -np.full(3, np.inf), np.full(3, np.inf)
@@ -146,18 +186,29 @@ class Box(Shape):
         _check_common(self)
 
     def sdf_local(self, p):
-        h = lead(0.5 * self.size.astype(p.dtype), p.ndim)
-        sgn = _sign_nonzero(p)
-        q = jnp.abs(p) - h
-        qo = jnp.maximum(q, 0.0)
-        outside_d = safe_norm(qo)
-        qmax = jnp.max(q, axis=-1)
+        return _stacked(self.sdf_local_xyz, p)
+
+    def sdf_local_xyz(self, x, y, z):
+        h = 0.5 * self.size.astype(x.dtype)
+        p = (x, y, z)
+        sgn = [_sign_nonzero(c) for c in p]
+        q = [jnp.abs(c) - h[i] for i, c in enumerate(p)]
+        qo = [jnp.maximum(c, 0.0) for c in q]
+        outside_d = _norm3(*qo)
+        qmax = jnp.maximum(jnp.maximum(q[0], q[1]), q[2])
         sd = outside_d + jnp.minimum(qmax, 0.0)
-        k = jnp.argmax(q, axis=-1)
-        n_in = jax.nn.one_hot(k, 3, dtype=p.dtype) * sgn
-        n_out = safe_normalize(qo * sgn)
-        outside = (qmax > 0)[..., None]
-        return sd, jnp.where(outside, n_out, n_in)
+        # nearest face inside; ties go to the lowest axis (argmax's rule)
+        kx = (q[0] >= q[1]) & (q[0] >= q[2])
+        ky = ~kx & (q[1] >= q[2])
+        kz = ~kx & ~ky
+        inv = 1.0 / jnp.maximum(outside_d, _eps(x.dtype))
+        outside = qmax > 0
+        zero = jnp.zeros((), x.dtype)
+        n = tuple(
+            jnp.where(outside, qo[i] * sgn[i] * inv, jnp.where(k, sgn[i], zero))
+            for i, k in enumerate((kx, ky, kz))
+        )
+        return sd, n
 
     def aabb_local(self):
         h = 0.5 * jnp.asarray(self.size)
@@ -185,10 +236,14 @@ class Capsule(Shape):
         _check_common(self)
 
     def sdf_local(self, p):
-        hl = 0.5 * self.length
-        z = jnp.clip(p[..., 2], -hl, hl)
-        d = p - jnp.stack([jnp.zeros_like(z), jnp.zeros_like(z), z], axis=-1)
-        return safe_norm(d) - self.radius, safe_normalize(d)
+        return _stacked(self.sdf_local_xyz, p)
+
+    def sdf_local_xyz(self, x, y, z):
+        hl = 0.5 * self.length.astype(x.dtype)
+        dz = z - jnp.clip(z, -hl, hl)
+        d = _norm3(x, y, dz)
+        inv = 1.0 / jnp.maximum(d, _eps(x.dtype))
+        return d - self.radius.astype(x.dtype), (x * inv, y * inv, dz * inv)
 
     def aabb_local(self):
         r, hl = jnp.asarray(self.radius), 0.5 * jnp.asarray(self.length)
