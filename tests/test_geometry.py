@@ -258,3 +258,46 @@ def test_sampling_deterministic_and_on_surface():
     assert d.min() > 0.005
     with pytest.raises(ValueError, match="n: expected a positive int"):
         sample_surface_points(mesh, 0)
+
+
+def _unit(v):
+    v = jnp.asarray(v, float)
+    return v / jnp.linalg.norm(v)
+
+
+def test_query_in_frame_planes_match_world_query():
+    """The sensors' planar fast path (query_in_frame_xyz) equals the world query rotated into
+    the frame, for every analytic shape and for a grid SDF (which answers through its stacked
+    sdf_local)."""
+    grid = GridSDF.from_shape(Sphere(radius=0.05), n=12)
+    shapes = (
+        Sphere(radius=0.05, body=0),
+        Box(size=[0.1, 0.06, 0.04], body=1),
+        Capsule(radius=0.02, length=0.05, body=0, T_body_shape=[0.1, 0, 0, 0, 0, 0, 1]),
+        Cylinder(radius=0.03, height=0.05, body=1, T_body_shape=[0, 0.1, 0, 0, 0, 0, 1]),
+        Plane(normal=[0, 0.6, 0.8], body=2),
+        grid,
+    )
+    q1 = P.quat_from_axis_angle(_unit([0.3, -0.5, 0.8]), 0.7)
+    q2 = P.quat_from_axis_angle(_unit([1.0, 0.2, 0.0]), -1.1)
+    poses = jnp.array([[0.01, 0.02, 0.0, *q1], [0.0, -0.03, 0.02, *q2], [0, 0, -0.2, 0, 0, 0, 1]])
+    b = Bodies(shapes, poses)
+    T_wf = jnp.array([0.02, -0.01, 0.03, *P.quat_from_axis_angle(_unit([0, 1.0, 1]), 0.4)])
+    pts = jnp.asarray(RNG.uniform(-0.12, 0.12, (64, 3)))
+    sd, n, mask = b.query_in_frame_xyz(T_wf, (pts[:, 0], pts[:, 1], pts[:, 2]))
+    ref = b.query(P.apply(T_wf[None], pts))
+    np.testing.assert_allclose(sd, ref.sd, atol=1e-12)
+    n_ref = P.inverse_rotate(T_wf[None, None], ref.normal)
+    np.testing.assert_allclose(jnp.stack(n, -1), n_ref, atol=1e-9)
+    assert mask.shape == sd.shape == (len(shapes), 64)
+    # the stacked public form is the same query
+    qs = b.query_in_frame(T_wf, pts)
+    np.testing.assert_allclose(qs.normal, jnp.stack(n, -1), atol=0)
+
+
+def test_box_normal_ties_inside_go_to_lowest_axis():
+    # at the centre every face is equally near: argmax's rule picks x; on the x = y diagonal x
+    box = Box(size=[0.2, 0.2, 0.4])
+    sd, n = box.sdf_local(jnp.array([[0.0, 0, 0], [0.05, 0.05, 0.0], [0, -0.05, 0.15]]))
+    np.testing.assert_allclose(sd, [-0.1, -0.05, -0.05])
+    np.testing.assert_allclose(n, [[1.0, 0, 0], [1, 0, 0], [0, -1, 0]])
