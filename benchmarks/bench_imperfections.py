@@ -2,7 +2,9 @@
 
 11 x 11 grid vs a sphere, 1024 environments, one jitted vmapped step each; both measured side
 by side in one run. The chain: radius noise, per-reset gain, Gaussian crosstalk, Maxwell
-hysteresis, random walk, white noise, bias, quantisation, dead taxels, delay with jitter.
+hysteresis, random walk, white noise, bias, quantisation, dead taxels, delay with jitter;
+run with the default Gaussian generator (threefry + Box-Muller) and with
+``noise_generator="hash"``, and once without per-step random draws.
 
 Usage: python benchmarks/bench_imperfections.py [--envs 1024]
 Last line: {"chain_over_bare": ...}
@@ -47,6 +49,13 @@ def main():
         probe_gain_resample_range=(0.8, 1.2),
         imperfections=dt.Imperfections(**chain, noise=1e-3, random_walk=1e-4, jitter=0.001),
     )
+    full_hash, _, _ = kinematic_scene(
+        probe_radius_noise=1e-4,
+        probe_gain_resample_range=(0.8, 1.2),
+        imperfections=dt.Imperfections(
+            **chain, noise=1e-3, random_walk=1e-4, jitter=0.001, noise_generator="hash"
+        ),
+    )
     deterministic, _, _ = kinematic_scene(
         probe_gain_resample_range=(0.8, 1.2), imperfections=dt.Imperfections(**chain)
     )
@@ -68,17 +77,27 @@ def main():
         return step
 
     times = {}
-    for name, s in (("bare", bare), ("full", full), ("no_random", deterministic)):
+    for name, s in (
+        ("bare", bare),
+        ("full", full),
+        ("full_hash", full_hash),
+        ("no_random", deterministic),
+    ):
         states = jax.vmap(s.init_state)(keys)
         c, t = time_jitted(make_step(s), states, poses, keys, repeats=a.repeats)
         times[name] = t
-        print(f"{name:5s} {E * 121 / t:.3e} taxel-steps/s  compile {c:.2f} s")
+        print(f"{name:9s} {E * 121 / t:.3e} taxel-steps/s  compile {c:.2f} s")
     ratio = times["full"] / times["bare"]
+    ratio_h = times["full_hash"] / times["bare"]
     ratio_nr = times["no_random"] / times["bare"]
-    print(f"chain / bare = {ratio:.2f}; without per-step random draws = {ratio_nr:.2f}")
+    print(
+        f"chain / bare = {ratio:.2f}; with noise_generator='hash' = {ratio_h:.2f}; "
+        f"without per-step random draws = {ratio_nr:.2f}"
+    )
     emit(
         {
             "chain_over_bare": ratio,
+            "chain_hash_generator_over_bare": ratio_h,
             "chain_without_random_draws_over_bare": ratio_nr,
             "envs": E,
             "bare_taxel_steps_per_s": E * 121 / times["bare"],

@@ -46,6 +46,7 @@ __all__ = [
     "crosstalk_correlate",
     "crosstalk_matrix",
     "grid_metadata",
+    "hash_normal",
 ]
 
 
@@ -120,6 +121,43 @@ def standard_normal(key, shape: tuple, dtype) -> Array:
     return jnp.concatenate([r * jnp.cos(t), r * jnp.sin(t)])[:n].reshape(shape)
 
 
+def _lowbias32(h: Array) -> Array:
+    """Wellons's ``lowbias32`` integer hash (xorshift-multiply, full avalanche) on uint32."""
+    h = h ^ (h >> 16)
+    h = h * jnp.uint32(0x7FEB352D)
+    h = h ^ (h >> 15)
+    h = h * jnp.uint32(0x846CA68B)
+    return h ^ (h >> 16)
+
+
+def hash_normal(key, shape: tuple, dtype) -> Array:
+    """Standard normal draws from a counter-based hash seeded by ``key`` (the fast generator).
+
+    The key gives two 32-bit seeds (one small threefry call); draw ``i`` hashes the counter,
+    ``lowbias32(lowbias32(i ^ s0) + s1)`` (a bijection of the counter for fixed seeds, so no
+    two draws of one call share their bits), makes a uniform in ``(0, 1)`` from the top 24
+    bits (float32) or from two words (53 bits, float64) and maps it through the inverse
+    normal CDF ``sqrt(2) erfinv(2u - 1)``. The same key gives the same draws; split keys give
+    independent seeds. Not a cryptographic generator, and its streams are not those of
+    ``jax.random``; measured ~7x cheaper than threefry bits + Box-Muller on this project's CPU
+    (``benchmarks/RESULTS.md``). Tails are bounded at ``|z| <= 5.42`` (float32) / ``8.29``
+    (float64) by the uniform's resolution.
+    """
+    n = int(np.prod(shape))
+    dtype = jnp.dtype(dtype)
+    seed = jax.random.bits(key, (2,), jnp.uint32)
+    i = jnp.arange(n, dtype=jnp.uint32)
+    b = _lowbias32(_lowbias32(i ^ seed[0]) + seed[1])
+    if dtype.itemsize >= 8:
+        b2 = _lowbias32(b ^ seed[0] ^ jnp.uint32(0x9E3779B9))
+        hi = b.astype(dtype) * 2.0**21
+        u = (hi + (b2 >> 11).astype(dtype) + 0.5) * 2.0**-53
+    else:
+        u = ((b >> 8).astype(dtype) + 0.5) * 2.0**-24
+    z = jnp.sqrt(jnp.asarray(2.0, dtype)) * jax.lax.erf_inv(2.0 * u - 1.0)
+    return z.reshape(shape)
+
+
 @pytree_dataclass
 class ChainState:
     """State of the imperfection chain for one environment.
@@ -177,6 +215,10 @@ class Imperfections:
       dt: sensor step (s); needed for delay/jitter (static) - hysteresis uses ``inputs.dt``.
       history_length: H > 0 makes ``read`` return the last H post-processed readings.
       straight_through: quantisation passes gradients unchanged (for training).
+      noise_generator: Gaussian source of the random walk and white noise: ``"threefry"``
+        (default; ``jax.random`` bits through Box-Muller) or ``"hash"`` (:func:`hash_normal`, a
+        counter hash seeded by the step's key, several times cheaper: for large rollouts on
+        CPU). Either way the draws come only from the key passed to ``step``.
 
     Which stages run is fixed when the chain is built (static, so a chain that is all off costs
     nothing): a stage built with a zero scale (``hysteresis_strength``, ``random_walk``,
@@ -200,6 +242,7 @@ class Imperfections:
     dt: float | None = static_field(None)
     history_length: int = static_field(0)
     straight_through: bool = static_field(False)
+    noise_generator: str = static_field("threefry")
     # bound by the sensor (static): grid shape, kernel radii and spacings, grid normal
     grid_shape: tuple | None = static_field(None)
     crosstalk_radius: tuple | None = static_field(None)
@@ -271,6 +314,10 @@ class Imperfections:
                 raise ValueError(f"jitter: expected <= delay ({delay}), got {jit}")
             if jit > float(self.dt) + tol:
                 raise ValueError(f"jitter: expected <= dt ({self.dt}), got {jit}")
+        if self.noise_generator not in ("threefry", "hash"):
+            raise ValueError(
+                f"noise_generator: expected 'threefry' or 'hash', got {self.noise_generator!r}"
+            )
         H = int(self.history_length)
         if H < 0:
             raise ValueError(f"history_length: expected >= 0, got {H}")
@@ -458,7 +505,8 @@ class Imperfections:
         z = None
         if key is not None and (use_rw or use_n):
             # one draw for both stages (fewer random bits and kernel launches)
-            z = standard_normal(key, (int(use_rw) + int(use_n),) + value.shape, dtype)
+            draw = hash_normal if self.noise_generator == "hash" else standard_normal
+            z = draw(key, (int(use_rw) + int(use_n),) + value.shape, dtype)
         walk = state.walk
         if use_rw:
             if z is not None:

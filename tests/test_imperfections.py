@@ -123,6 +123,61 @@ def test_quantisation_bias_noise_walk():
     assert abs(float(y.std()) - 0.1 * 2.0) < 0.01
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_hash_normal_moments_determinism_and_tails(dtype):
+    from statistics import NormalDist
+
+    from difftaxel.imperfections import hash_normal
+
+    n = 200_000
+    z = np.asarray(hash_normal(jax.random.key(3), (n,), dtype), np.float64)
+    assert z.dtype == np.float64 and np.all(np.isfinite(z))
+    se = 1.0 / np.sqrt(n)
+    assert abs(z.mean()) < 5 * se and abs(z.std() - 1.0) < 5 * se * 0.71
+    kurt = np.mean((z - z.mean()) ** 4) / z.var() ** 2
+    assert abs(kurt - 3.0) < 5 * np.sqrt(24.0 / n)
+    # quantiles against the exact normal CDF (Kolmogorov-Smirnov bound at ~1e-3 level)
+    zs = np.sort(z)
+    cdf = np.array([NormalDist().cdf(v) for v in zs[:: n // 400]])
+    emp = (np.arange(0, n, n // 400) + 0.5) / n
+    assert np.max(np.abs(cdf - emp)) < 1.63 / np.sqrt(n)
+    # tails bounded by the uniform's resolution, as documented
+    bound = -NormalDist().inv_cdf(2.0**-25 if dtype == jnp.float32 else 2.0**-54)
+    assert np.max(np.abs(z)) <= bound + 1e-6
+    # same key, same draws; another key, uncorrelated draws; lag-1 uncorrelated
+    np.testing.assert_array_equal(np.asarray(hash_normal(jax.random.key(3), (n,), dtype)), z)
+    z2 = np.asarray(hash_normal(jax.random.key(4), (n,), dtype), np.float64)
+    assert abs(np.corrcoef(z, z2)[0, 1]) < 5 * se
+    assert abs(np.corrcoef(z[:-1], z[1:])[0, 1]) < 5 * se
+    # vmapped over split keys, each environment gets its own stream
+    zk = jax.vmap(lambda k: hash_normal(k, (1000,), dtype))(jax.random.split(jax.random.key(5), 8))
+    c = np.corrcoef(np.asarray(zk, np.float64))
+    assert np.max(np.abs(c - np.eye(8))) < 0.15
+
+
+def test_hash_generator_in_the_chain():
+    """The hash generator drives white noise and the random walk with the same statistics
+    and the same reparameterised gradient as the default one."""
+    imp = Imperfections(noise=0.2, random_walk=0.05, noise_generator="hash")
+    st = imp.init(None, 4000, 3)
+    st1, y = imp.apply_hardware(st, jnp.zeros((4000, 3)), jax.random.key(0))
+    var = 0.2**2 + 0.05**2
+    assert abs(float(y.std()) - np.sqrt(var)) < 0.01 and abs(float(y.mean())) < 0.01
+    # the walk and the white noise are independent draws (not the same numbers)
+    r = np.corrcoef(np.asarray(st1.walk).ravel(), np.asarray(y - st1.walk).ravel())[0, 1]
+    assert abs(r) < 0.03
+    _, y2 = imp.apply_hardware(st, jnp.zeros((4000, 3)), jax.random.key(0))
+    np.testing.assert_array_equal(y, y2)
+    g = jax.grad(
+        lambda n: jnp.sum(
+            imp.replace(noise=n).apply_hardware(st, jnp.zeros((4000, 3)), jax.random.key(0))[1] ** 2
+        )
+    )(0.2)
+    assert np.isfinite(g) and g > 0
+    f = jax.jit(lambda s, k: imp.apply_hardware(s, jnp.zeros((4000, 3)), k)[1])
+    np.testing.assert_allclose(f(st, jax.random.key(0)), y, rtol=1e-12, atol=1e-15)
+
+
 def test_dead_taxels_every_channel_and_resample():
     imp = Imperfections(dead_taxel_probability=1.0, dead_taxel_value_range=(0.123, 0.456))
     st = imp.init(jax.random.key(0), 8, 6)
@@ -363,6 +418,7 @@ def test_sharding_8_devices_matches_one():
         (dict(dead_taxel_probability=-0.1), "dead_taxel_probability: expected >= 0"),
         (dict(noise=-1.0), "noise: expected >= 0"),
         (dict(dead_taxel_value_range=(1.0, 0.0)), "dead_taxel_value_range"),
+        (dict(noise=0.1, noise_generator="mt19937"), "noise_generator: expected"),
     ],
 )
 def test_bad_options(kw, match):

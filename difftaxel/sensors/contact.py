@@ -572,6 +572,12 @@ class KinematicTaxel:
         k_r, k_hw, k_d = split3(key)
         v, g = self._forces6(state, inputs, k_r)  # [N, 6] each
         imp = self.imperfections
+        if imp.active_stages or imp.has_crosstalk or imp.ring_depth:
+            # The chain reads the forces several times (crosstalk, hysteresis state, ring);
+            # without a barrier XLA fuses the whole force kernel into each reader and
+            # recomputes it there (the full chain step ran ~2.5x slower). A bare sensor has a
+            # single reader, where fusing is the faster choice.
+            v = jax.lax.optimization_barrier(v)
         v = imp.apply_crosstalk(v, self.probe_radius > 0)
         chain, v = imp.apply_hysteresis(state.chain, v, inputs.dt)
         chain, v = imp.apply_hardware(chain, v, k_hw)
