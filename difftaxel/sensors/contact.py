@@ -553,15 +553,16 @@ class KinematicTaxel:
         m, g = self._forces6(state, inputs, key)
         return TaxelReading(m[:, :3], m[:, 3:]), TaxelReading(g[:, :3], g[:, 3:])
 
-    def _forces6(self, state, inputs, key):
-        """``(measured [N, 6], ground_truth [N, 6])``: force then torque, link frame."""
+    def _forces6(self, state, inputs, key, channels_first=False):
+        """``(measured [N, 6], ground_truth [N, 6])``: force then torque, link frame
+        (measured ``[6, N]`` with ``channels_first``)."""
         p_link, q = _query(self, inputs)
         r = self.probe_radius.astype(p_link[0].dtype)
         v_rel, w_rel = self._relative_motion(p_link, inputs)
         F_g, T_g = self._branch(q, v_rel, w_rel, p_link, r, 1.0)
         r_m = noised_radius(r, self.probe_radius_noise, key if self.radius_noise_on else None)
         F_m, T_m = self._branch(q, v_rel, w_rel, p_link, r_m, state.probe_gain)
-        return jnp.stack(F_m + T_m, axis=-1), jnp.stack(F_g + T_g, axis=-1)
+        return jnp.stack(F_m + T_m, axis=0 if channels_first else -1), jnp.stack(F_g + T_g, -1)
 
     def step(self, state: ProbeState, inputs: SensorInputs, key=None):
         """One reading: force (N) and torque (N*m), ``[*layout, 3]``, sensor link frame.
@@ -570,15 +571,14 @@ class KinematicTaxel:
         quantisation, dead taxels and delay (``[H, *layout, 3]`` with history). ``key`` drives
         every random draw; ``None`` draws nothing."""
         k_r, k_hw, k_d = split3(key)
-        v, g = self._forces6(state, inputs, k_r)  # [N, 6] each
         imp = self.imperfections
-        if imp.active_stages or imp.has_crosstalk or imp.ring_depth:
-            # The chain reads the forces several times (crosstalk, hysteresis state, ring);
-            # without a barrier XLA fuses the whole force kernel into each reader and
-            # recomputes it there (the full chain step ran ~2.5x slower). A bare sensor has a
-            # single reader, where fusing is the faster choice.
-            v = jax.lax.optimization_barrier(v)
-        v = imp.apply_crosstalk(v, self.probe_radius > 0)
+        if imp.has_crosstalk:
+            # channels first into the crosstalk GEMM: the force kernel fuses into its operand
+            # in natural order (see Imperfections.apply_crosstalk)
+            vcf, g = self._forces6(state, inputs, k_r, channels_first=True)
+            v = imp.apply_crosstalk(vcf, self.probe_radius > 0, channels_first=True).T
+        else:
+            v, g = self._forces6(state, inputs, k_r)  # [N, 6] each
         chain, v = imp.apply_hysteresis(state.chain, v, inputs.dt)
         chain, v = imp.apply_hardware(chain, v, k_hw)
         chain, v = imp.apply_delay(chain, v, k_d)
