@@ -168,8 +168,11 @@ class ChainState:
       walk: ``[N, C]`` random-walk offset.
       dead: ``[N]`` bool, drawn at reset.
       dead_value: ``[N]`` value a dead probe reads.
-      ring: ``[D, N, C]`` past post-processed measured readings (index 0 newest); ``D = 0``
-        when no delay or history is configured.
+      ring: tuple of ``D`` arrays ``[N, C]``, the past post-processed measured readings
+        (index 0 newest); ``()`` when no delay or history is configured. A tuple, not one
+        ``[D, N, C]`` array, so a push renames buffers instead of shifting the whole ring
+        (a shifted array let XLA fuse the sensor kernel into the shift, which its CPU
+        backend does not vectorise: 25 ms against 2 ms per step at 1024 environments).
     """
 
     hyst_xi: Array
@@ -411,9 +414,14 @@ class Imperfections:
 
     @property
     def ring_depth(self) -> int:
+        """Depth ``D`` of the ring: ``history_length``, or the oldest slot a delayed
+        (jittered) read can need. From ``delay_steps >= 1`` on, the read comes from the ring
+        before the push, so ``delay_steps + 1`` past readings suffice (``+ 1`` for jitter)."""
         d = 0
         if self.delay > 0:
-            d = self.delay_steps + 2
+            d = self.delay_steps + (2 if self.delay_steps == 0 else 1)
+            if "jitter" not in self.active_stages and self.delay_steps >= 1:
+                d = self.delay_steps
         return max(d, self.history_length)
 
     @property
@@ -437,7 +445,7 @@ class Imperfections:
             dead = jax.random.uniform(k1, (n_probes,), dtype) < p
             lo, hi = self.dead_taxel_value_range[0], self.dead_taxel_value_range[1]
             val = jax.random.uniform(k2, (n_probes,), dtype, 0.0, 1.0) * (hi - lo) + lo
-        ring = jnp.zeros((self.ring_depth, n_probes, n_channels), dtype)
+        ring = tuple(jnp.zeros((n_probes, n_channels), dtype) for _ in range(self.ring_depth))
         return ChainState(hyst_xi=z, hyst_prev=z, walk=z, dead=dead, dead_value=val, ring=ring)
 
     # ------------------------------------------------------------------ stages
@@ -570,21 +578,23 @@ class Imperfections:
         if self.ring_depth == 0:
             return state, value
         state_ring_old = state.ring
-        ring = jnp.concatenate([value[None], state.ring[:-1]], axis=0)
+        ring = (value,) + tuple(state.ring[:-1])
         state = replace(state, ring=ring)
         if self.history_length > 0:
-            return state, ring[: self.history_length]
-        slot = jnp.asarray(self.delay_steps)
+            return state, jnp.stack(ring[: self.history_length])
+        base = self.delay_steps
+        if base >= 1:
+            # base >= 1 reads the previous ring (new ring[k] = old ring[k - 1]): the fresh
+            # value then has one reader, the ring, and is not evaluated twice
+            src, base = state_ring_old, base - 1
+        else:
+            src = ring
         if "jitter" in self.active_stages and key is not None:
+            # the jittered slot is base + floor(j + u) with j <= jitter / dt <= 1 and u < 1:
+            # one of two static slots, so the read is one select (a one-hot sum over the
+            # ring fused with the push measured 4x slower on CPU)
             k1, k2 = jax.random.split(jax.random.fold_in(key, 7))
             j = jax.random.uniform(k1, (), value.dtype) * self.jitter.astype(value.dtype) / self.dt
             u = jax.random.uniform(k2, (), value.dtype)
-            slot = slot + jnp.floor(j + u).astype(slot.dtype)
-        if self.delay_steps >= 1:
-            # slot >= 1 reads the previous ring (new ring[k] = old ring[k - 1]): the fresh
-            # value then has one reader, the ring, and is not evaluated twice
-            src, slot = state_ring_old, slot - 1
-        else:
-            src = ring
-        onehot = (jnp.arange(src.shape[0]) == slot)[:, None, None]
-        return state, jnp.sum(jnp.where(onehot, src, 0.0), axis=0)
+            return state, jnp.where(j + u >= 1.0, src[base + 1], src[base])
+        return state, src[base]

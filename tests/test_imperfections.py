@@ -81,6 +81,31 @@ def test_jitter_brackets_between_delayed_and_older():
     assert np.any(~np.isclose(m, delayed))  # the jitter did move some reads
 
 
+@pytest.mark.parametrize(
+    "delay, jitter, steps",
+    [(0.004, 0.004, 0), (0.03, 0.01, 3), (0.03, 0.0, 3)],
+    ids=["round-to-0-steps", "3-steps-jitter", "3-steps-plain"],
+)
+def test_delay_ring_edges(delay, jitter, steps):
+    # the ring keeps only the slots a read can need (delay_steps, + 1 with jitter, 2 when the
+    # delay rounds to 0 steps): every read is x[k - steps] or, jittered, x[k - steps - 1]
+    zs = np.linspace(0.1, 0.05, 14)
+    plain = np.asarray(run(ContactDepthProbe(**PROBE), zs)[1].measured)[:, 0]
+    imp = Imperfections(delay=delay, jitter=jitter, dt=0.01)
+    assert imp.delay_steps == steps
+    m = np.asarray(
+        run(ContactDepthProbe(**PROBE, imperfections=imp), zs, jax.random.key(5))[1].measured
+    )
+    m = m[:, 0]
+    delayed = np.r_[np.zeros(steps), plain[: len(zs) - steps]]
+    older = np.r_[np.zeros(steps + 1), plain[: len(zs) - steps - 1]]
+    if jitter == 0:
+        np.testing.assert_allclose(m, delayed, atol=1e-15)
+    else:
+        assert np.all(np.isclose(m, delayed, atol=1e-15) | np.isclose(m, older, atol=1e-15))
+        assert np.any(~np.isclose(m, delayed)) and np.any(~np.isclose(m, older))
+
+
 def test_history_newest_first_undelayed():
     zs = [0.1, 0.09, 0.08]
     plain = np.asarray(run(ContactDepthProbe(**PROBE), zs)[1].measured)[:, 0]
