@@ -360,6 +360,11 @@ class Imperfections:
     # ------------------------------------------------------------------ binding to a layout
 
     @property
+    def is_identity(self) -> bool:
+        """Static: no stage is configured, so the measured branch equals its input."""
+        return not self.active_stages and not self.has_crosstalk and self.ring_depth == 0
+
+    @property
     def has_crosstalk(self) -> bool:
         """Static: crosstalk was configured at construction (explicit kernel or strength > 0)."""
         return self.crosstalk_groups > 0

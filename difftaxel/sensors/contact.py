@@ -553,15 +553,21 @@ class KinematicTaxel:
         m, g = self._forces6(state, inputs, key)
         return TaxelReading(m[:, :3], m[:, 3:]), TaxelReading(g[:, :3], g[:, 3:])
 
-    def _forces6(self, state, inputs, key, channels_first=False):
-        """``(measured [N, 6], ground_truth [N, 6])``: force then torque, link frame
-        (measured ``[6, N]`` with ``channels_first``)."""
+    def _planes(self, state, inputs, key):
+        """``(F_m, T_m, F_g, T_g)``: measured and ground-truth force and torque, each a tuple
+        of three ``[N]`` coordinate planes, link frame."""
         p_link, q = _query(self, inputs)
         r = self.probe_radius.astype(p_link[0].dtype)
         v_rel, w_rel = self._relative_motion(p_link, inputs)
         F_g, T_g = self._branch(q, v_rel, w_rel, p_link, r, 1.0)
         r_m = noised_radius(r, self.probe_radius_noise, key if self.radius_noise_on else None)
         F_m, T_m = self._branch(q, v_rel, w_rel, p_link, r_m, state.probe_gain)
+        return F_m, T_m, F_g, T_g
+
+    def _forces6(self, state, inputs, key, channels_first=False):
+        """``(measured [N, 6], ground_truth [N, 6])``: force then torque, link frame
+        (measured ``[6, N]`` with ``channels_first``)."""
+        F_m, T_m, F_g, T_g = self._planes(state, inputs, key)
         return jnp.stack(F_m + T_m, axis=0 if channels_first else -1), jnp.stack(F_g + T_g, -1)
 
     def step(self, state: ProbeState, inputs: SensorInputs, key=None):
@@ -572,6 +578,14 @@ class KinematicTaxel:
         every random draw; ``None`` draws nothing."""
         k_r, k_hw, k_d = split3(key)
         imp = self.imperfections
+        gshp = self.layout + (3,)
+        if imp.is_identity:
+            # no chain: each reading is stacked from its own planes. Stacking force and torque
+            # into one [N, 6] array and slicing it back made the backward pass materialise
+            # padded [E, N, 6] cotangents (10 of ~50 ms per gradient at 4096 envs, profiled).
+            F_m, T_m, F_g, T_g = self._planes(state, inputs, k_r)
+            out = [jnp.stack(x, -1).reshape(gshp) for x in (F_m, T_m, F_g, T_g)]
+            return state, Reading(TaxelReading(*out[:2]), TaxelReading(*out[2:]))
         if imp.has_crosstalk:
             # channels first into the crosstalk GEMM: the force kernel fuses into its operand
             # in natural order (see Imperfections.apply_crosstalk)
@@ -584,7 +598,6 @@ class KinematicTaxel:
         chain, v = imp.apply_delay(chain, v, k_d)
         state = replace(state, chain=chain)
         shp = _out_shape(self, (3,))
-        gshp = self.layout + (3,)
         return state, Reading(
             TaxelReading(v[..., :3].reshape(shp), v[..., 3:].reshape(shp)),
             TaxelReading(g[:, :3].reshape(gshp), g[:, 3:].reshape(gshp)),
