@@ -180,6 +180,26 @@ def test_hash_normal_moments_determinism_and_tails(dtype):
     assert np.max(np.abs(c - np.eye(8))) < 0.15
 
 
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_hash_normal_extreme_counters_are_finite_and_symmetric(dtype):
+    # the all-ones and all-zeros hash words are the grid's ends: finite, opposite, at the
+    # documented bound (a uniform (k + 0.5) 2^-24 rounded to 1 there and drew +inf)
+    from statistics import NormalDist
+
+    from difftaxel.imperfections import _bits_to_normal
+
+    top, zero = np.uint32(2**32 - 1), np.uint32(0)
+    b = jnp.array([zero, top, np.uint32(2**31), np.uint32(2**31 - 1)], jnp.uint32)
+    b2 = jnp.array([zero, top, zero, top], jnp.uint32)
+    z = np.asarray(_bits_to_normal(b, b2, dtype), np.float64)
+    assert np.all(np.isfinite(z))
+    np.testing.assert_allclose(z[0], -z[1], rtol=1e-6)
+    np.testing.assert_allclose(z[2], -z[3], rtol=1e-6)
+    bound = -NormalDist().inv_cdf(2.0**-25 if dtype == jnp.float32 else 2.0**-54)
+    np.testing.assert_allclose(abs(z[1]), bound, rtol=1e-4)
+    assert 0 < z[2] < 1e-6
+
+
 def test_hash_generator_in_the_chain():
     """The hash generator drives white noise and the random walk with the same statistics
     and the same reparameterised gradient as the default one."""
