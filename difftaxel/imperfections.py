@@ -164,7 +164,49 @@ def _bits_to_normal(b: Array, b2: Array | None, dtype) -> Array:
         x = k * 2.0**-52 + (2.0**-53 - 1.0)
     else:
         x = (b >> 8).astype(dtype) * 2.0**-23 + (2.0**-24 - 1.0)
+        return _erfinv_f32(x) * jnp.float32(np.sqrt(2.0))
     return jnp.sqrt(jnp.asarray(2.0, dtype)) * jax.lax.erf_inv(x)
+
+
+# Giles (2010), "Approximating the erfinv function", single precision, both regions
+_ERFINV_CENTRAL = (
+    2.81022636e-08,
+    3.43273939e-07,
+    -3.5233877e-06,
+    -4.39150654e-06,
+    0.00021858087,
+    -0.00125372503,
+    -0.00417768164,
+    0.246640727,
+    1.50140941,
+)
+_ERFINV_TAIL = (
+    -0.000200214257,
+    0.000100950558,
+    0.00134934322,
+    -0.00367342844,
+    0.00573950773,
+    -0.0076224613,
+    0.00943887047,
+    1.00167406,
+    2.83297682,
+)
+
+
+def _erfinv_f32(x: Array) -> Array:
+    """erfinv on float32 ``x`` in ``(-1, 1)`` (Giles's single-precision polynomials) with
+    ``w = -log((1 - |x|)(1 + |x|))``: ``1 - |x|`` is exact on the draw grid, and a plain log
+    vectorises on XLA's CPU backend where ``log1p`` (inside ``lax.erf_inv``) did not."""
+    a = jnp.abs(x)
+    w = -jnp.log((1.0 - a) * (1.0 + a))
+    w1 = w - 2.5
+    w2 = jnp.sqrt(w) - 3.0
+    p1 = jnp.full_like(x, _ERFINV_CENTRAL[0])
+    p2 = jnp.full_like(x, _ERFINV_TAIL[0])
+    for c1, c2 in zip(_ERFINV_CENTRAL[1:], _ERFINV_TAIL[1:], strict=True):
+        p1 = c1 + p1 * w1
+        p2 = c2 + p2 * w2
+    return jnp.where(w < 5.0, p1, p2) * x
 
 
 @pytree_dataclass

@@ -200,6 +200,21 @@ def test_hash_normal_extreme_counters_are_finite_and_symmetric(dtype):
     assert 0 < z[2] < 1e-6
 
 
+def test_erfinv_f32_against_float64():
+    # the float32 inverse used by hash_normal, on its own draw grid including both ends,
+    # against float64 erfinv: <= 1e-6 relative (measured 2.6e-7; lax.erf_inv in float32
+    # measured 5.7e-6 on the same points)
+    from difftaxel.imperfections import _erfinv_f32
+
+    k = np.random.default_rng(0).integers(0, 2**24, 20_000)
+    k = np.r_[k, [0, 1, 2, 2**23 - 1, 2**23, 2**24 - 2, 2**24 - 1]]
+    x = (k * 2.0**-23 + (2.0**-24 - 1.0)).astype(np.float32)
+    got = np.asarray(jax.jit(_erfinv_f32)(jnp.asarray(x)), np.float64)
+    exact = np.asarray(jax.lax.erf_inv(jnp.asarray(x, jnp.float64)))
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, exact, rtol=1e-6)
+
+
 def test_hash_generator_in_the_chain():
     """The hash generator drives white noise and the random walk with the same statistics
     and the same reparameterised gradient as the default one."""
