@@ -43,6 +43,38 @@ def time_jitted(fn, *args, repeats: int = 7, min_time: float = 0.2):
     return compile_s, statistics.median(samples)
 
 
+def time_interleaved(cases: dict, rounds: int = 9, min_time: float = 0.2):
+    """Compile every ``name -> (fn, args)`` of ``cases``, then time them round-robin:
+    each round runs every case once (>= ``min_time`` each), so the machine's drift (shared,
+    noisy CPUs) hits all of them alike. Returns ``(compile_s, median_s, ratio_median)``
+    dicts; ``ratio_median[name]`` is the median over rounds of ``t[name] / t[first]``."""
+    compiled, compile_s, inner = {}, {}, {}
+    for name, (fn, args) in cases.items():
+        t0 = time.perf_counter()
+        c = jax.jit(fn).lower(*args).compile()
+        compile_s[name] = time.perf_counter() - t0
+        jax.block_until_ready(c(*args))
+        t0 = time.perf_counter()
+        jax.block_until_ready(c(*args))
+        inner[name] = max(1, int(min_time / max(time.perf_counter() - t0, 1e-6)))
+        compiled[name] = (c, args)
+    samples = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, (c, args) in compiled.items():
+            t0 = time.perf_counter()
+            for _ in range(inner[name]):
+                out = c(*args)
+            jax.block_until_ready(out)
+            samples[name].append((time.perf_counter() - t0) / inner[name])
+    first = next(iter(cases))
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    ratio = {
+        k: statistics.median(a / b for a, b in zip(v, samples[first], strict=True))
+        for k, v in samples.items()
+    }
+    return compile_s, med, ratio
+
+
 def emit(figures: dict) -> None:
     """Print the machine then, on the last line, one JSON object of the figures."""
     print("# machine:", json.dumps(machine()))

@@ -1,10 +1,11 @@
 """Cost of the full imperfection chain per step relative to the bare KinematicTaxel.
 
-11 x 11 grid vs a sphere, 1024 environments, one jitted vmapped step each; both measured side
-by side in one run. The chain: radius noise, per-reset gain, Gaussian crosstalk, Maxwell
-hysteresis, random walk, white noise, bias, quantisation, dead taxels, delay with jitter;
-run with the default Gaussian generator (threefry + Box-Muller) and with
-``noise_generator="hash"``, and once without per-step random draws.
+11 x 11 grid vs a sphere, 1024 environments, one jitted vmapped step each, timed
+round-robin (each round runs every configuration once; ratios are medians over rounds).
+The chain: radius noise, per-reset gain, Gaussian crosstalk, Maxwell hysteresis, random
+walk, white noise, bias, quantisation, dead taxels, delay with jitter; run with the default
+Gaussian generator (threefry + Box-Muller) and with ``noise_generator="hash"``, and once
+without per-step random draws.
 
 Usage: python benchmarks/bench_imperfections.py [--envs 1024]
 Last line: {"chain_over_bare": ...}
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from _common import emit, kinematic_scene, time_jitted  # noqa: E402
+from _common import emit, kinematic_scene, time_interleaved  # noqa: E402
 
 import difftaxel as dt  # noqa: E402
 
@@ -76,7 +77,7 @@ def main():
 
         return step
 
-    times = {}
+    cases = {}
     for name, s in (
         ("bare", bare),
         ("full", full),
@@ -84,12 +85,15 @@ def main():
         ("no_random", deterministic),
     ):
         states = jax.vmap(s.init_state)(keys)
-        c, t = time_jitted(make_step(s), states, poses, keys, repeats=a.repeats)
-        times[name] = t
-        print(f"{name:9s} {E * 121 / t:.3e} taxel-steps/s  compile {c:.2f} s")
-    ratio = times["full"] / times["bare"]
-    ratio_h = times["full_hash"] / times["bare"]
-    ratio_nr = times["no_random"] / times["bare"]
+        cases[name] = (make_step(s), (states, poses, keys))
+    # round-robin timing: every round runs each case once, ratios are medians over rounds
+    comp, times, ratios = time_interleaved(cases, rounds=a.repeats)
+    for name in cases:
+        print(
+            f"{name:9s} {E * 121 / times[name]:.3e} taxel-steps/s  compile {comp[name]:.2f} s"
+            f"  / bare {ratios[name]:.2f}"
+        )
+    ratio, ratio_h, ratio_nr = ratios["full"], ratios["full_hash"], ratios["no_random"]
     print(
         f"chain / bare = {ratio:.2f}; with noise_generator='hash' = {ratio_h:.2f}; "
         f"without per-step random draws = {ratio_nr:.2f}"
