@@ -33,7 +33,11 @@ def float_dtype(*xs) -> jnp.dtype:
 
 def safe_norm(x: Array, axis: int = -1, keepdims: bool = False) -> Array:
     """Euclidean norm with gradient 0 (not NaN) at the zero vector."""
-    sq = jnp.sum(x * x, axis=axis, keepdims=keepdims)
+    sq = (
+        _sum_last3(x * x, keepdims)
+        if _is_last3(x, axis)
+        else jnp.sum(x * x, axis, keepdims=keepdims)
+    )
     pos = sq > 0
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, sq, 1.0)), 0.0)
 
@@ -101,4 +105,18 @@ def cross(a: Array, b: Array) -> Array:
 def dot(a: Array, b: Array, keepdims: bool = False) -> Array:
     """Dot product on the last axis."""
     a, b = align(a, b)
+    if _is_last3(a * b, -1):
+        return _sum_last3(a * b, keepdims)
     return jnp.sum(a * b, axis=-1, keepdims=keepdims)
+
+
+def _is_last3(x: Array, axis: int) -> bool:
+    return axis in (-1, x.ndim - 1) and x.ndim >= 1 and x.shape[-1] == 3
+
+
+def _sum_last3(x: Array, keepdims: bool) -> Array:
+    """Sum over a trailing axis of size 3, written out: XLA's CPU backend hands a reduce over
+    a size-3 minor axis to a library reduction that took 16 ms for ``[1024, 121, 3]``
+    (ProximityTaxel step, profiled) where the two adds fuse into the surrounding kernel."""
+    s = x[..., 0] + x[..., 1] + x[..., 2]
+    return s[..., None] if keepdims else s
