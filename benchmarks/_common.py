@@ -112,3 +112,23 @@ def kinematic_scene(**extra):
     )
     inputs = make_inputs(np.array([0, 0, 0.005, 0, 0, 0, 1.0]), bodies, dt=0.005)
     return KinematicTaxel(**kw), bodies, inputs
+
+
+def kinematic_forward_and_loss(inputs, state):
+    """``(forward, loss)`` for the KinematicTaxel benchmarks: ``forward(sensor, poses)`` is one
+    vmapped step (measured readings) of the scene ``inputs`` with the object at each of
+    ``poses [E, 7]``; ``loss(sensor, poses)`` sums every force and torque component."""
+    import jax.numpy as jnp
+
+    def forward(sensor, poses):
+        def one(pose):
+            b = inputs.bodies.with_state(pose[None])
+            return sensor.step(state, inputs.replace(bodies=b))[1].measured
+
+        return jax.vmap(one)(poses)
+
+    def loss(sensor, poses):
+        r = forward(sensor, poses)
+        return jnp.sum(r.force) + jnp.sum(r.torque)
+
+    return forward, loss

@@ -19,7 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from _common import emit, kinematic_scene, time_jitted  # noqa: E402
+from _common import (  # noqa: E402
+    emit,
+    kinematic_forward_and_loss,
+    kinematic_scene,
+    time_jitted,
+)
 
 
 def main():
@@ -30,16 +35,7 @@ def main():
     kt, bodies, inp = kinematic_scene()
     st = kt.init_state()
 
-    def forward(sensor, poses):
-        def one(pose):
-            b = inp.bodies.with_state(pose[None])
-            return sensor.step(st, inp.replace(bodies=b))[1].measured
-
-        return jax.vmap(one)(poses)
-
-    def loss(sensor, poses):
-        r = forward(sensor, poses)
-        return jnp.sum(r.force) + jnp.sum(r.torque)
+    forward, loss = kinematic_forward_and_loss(inp, st)
 
     grad_fn = jax.value_and_grad(loss, argnums=1)
     rate, ratio, comp = {}, {}, {}

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from _common import kinematic_scene  # noqa: E402
+from _common import kinematic_forward_and_loss, kinematic_scene  # noqa: E402
 
 import difftaxel as dt  # noqa: E402
 
@@ -97,16 +97,7 @@ def main():
     kt, bodies, inp = kinematic_scene()
     st = kt.init_state()
 
-    def forward(sensor, poses):
-        def one(pose):
-            b = inp.bodies.with_state(pose[None])
-            return sensor.step(st, inp.replace(bodies=b))[1].measured
-
-        return jax.vmap(one)(poses)
-
-    def loss(sensor, poses):
-        r = forward(sensor, poses)
-        return jnp.sum(r.force) + jnp.sum(r.torque)
+    forward, loss = kinematic_forward_and_loss(inp, st)
 
     fn = forward if a.mode == "forward" else jax.value_and_grad(loss, argnums=1)
     profile(fn, kt, scene_poses(bodies, a.envs), hlo=a.hlo)

@@ -105,13 +105,14 @@ def cross(a: Array, b: Array) -> Array:
 def dot(a: Array, b: Array, keepdims: bool = False) -> Array:
     """Dot product on the last axis."""
     a, b = align(a, b)
-    if _is_last3(a * b, -1):
-        return _sum_last3(a * b, keepdims)
-    return jnp.sum(a * b, axis=-1, keepdims=keepdims)
+    ab = a * b
+    if _is_last3(ab, -1):
+        return _sum_last3(ab, keepdims)
+    return jnp.sum(ab, axis=-1, keepdims=keepdims)
 
 
 def _is_last3(x: Array, axis: int) -> bool:
-    return axis in (-1, x.ndim - 1) and x.ndim >= 1 and x.shape[-1] == 3
+    return x.ndim >= 1 and axis in (-1, x.ndim - 1) and x.shape[-1] == 3
 
 
 def _sum_last3(x: Array, keepdims: bool) -> Array:

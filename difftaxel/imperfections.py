@@ -137,8 +137,8 @@ def hash_normal(key, shape: tuple, dtype) -> Array:
     ``lowbias32(lowbias32(i ^ s0) + s1)`` (a bijection of the counter for fixed seeds, so no
     two draws of one call share their bits), makes an exact point ``x`` of a symmetric grid
     in ``(-1, 1)`` from the top 24 bits (float32) or from two words (53 bits, float64) and
-    maps it through the inverse normal CDF ``sqrt(2) erfinv(x)``. The same key gives the same draws; split keys give
-    independent seeds. Not a cryptographic generator, and its streams are not those of
+    maps it through the inverse normal CDF ``sqrt(2) erfinv(x)``. The same key gives the
+    same draws; split keys give independent seeds. Not a cryptographic generator, and its streams are not those of
     ``jax.random``; measured ~7x cheaper than threefry bits + Box-Muller on this project's CPU
     (``benchmarks/RESULTS.md``). Tails are bounded at ``|z| <= 5.42`` (float32) / ``8.29``
     (float64) by the uniform's resolution.
@@ -475,9 +475,11 @@ class Imperfections:
         before the push, so ``delay_steps + 1`` past readings suffice (``+ 1`` for jitter)."""
         d = 0
         if self.delay > 0:
-            d = self.delay_steps + (2 if self.delay_steps == 0 else 1)
-            if "jitter" not in self.active_stages and self.delay_steps >= 1:
-                d = self.delay_steps
+            steps = self.delay_steps
+            if steps == 0:
+                d = 2
+            else:
+                d = steps + (1 if "jitter" in self.active_stages else 0)
         return max(d, self.history_length)
 
     @property
