@@ -47,11 +47,12 @@ def time_interleaved(cases: dict, rounds: int = 9, min_time: float = 0.2):
     """Compile every ``name -> (fn, args)`` of ``cases``, then time them round-robin:
     each round runs every case once (>= ``min_time`` each), so the machine's drift (shared,
     noisy CPUs) hits all of them alike. Returns ``(compile_s, median_s, ratio_median)``
-    dicts; ``ratio_median[name]`` is the median over rounds of ``t[name] / t[first]``."""
+    dicts; ``ratio_median[name]`` is the median over rounds of ``t[name] / t[first]``. A
+    ``fn`` that is already a ``jax.stages.Compiled`` is used as is (compile time 0)."""
     compiled, compile_s, inner = {}, {}, {}
     for name, (fn, args) in cases.items():
         t0 = time.perf_counter()
-        c = jax.jit(fn).lower(*args).compile()
+        c = fn if isinstance(fn, jax.stages.Compiled) else jax.jit(fn).lower(*args).compile()
         compile_s[name] = time.perf_counter() - t0
         jax.block_until_ready(c(*args))
         t0 = time.perf_counter()

@@ -27,7 +27,9 @@ import difftaxel as dt  # noqa: E402
 from difftaxel.sensors import ProximityTaxel, TrackedPoints, make_inputs  # noqa: E402
 
 
-def run(E, n_side, M, chunk, repeats, max_candidates=None):
+def scene(E, n_side, M, chunk, max_candidates=None):
+    """``(f, poses)``: ``f(poses)`` is one vmapped step of the benchmark scene (measured
+    readings and the overflow flag) with the sphere at each of ``poses [E, 7]``."""
     half = 0.0015 * (n_side - 1)
     grid = dt.generate_grid_points_on_plane(
         (-half, -half, 0), (half, half, 0), (0, 0, 1), n_side, n_side
@@ -60,13 +62,18 @@ def run(E, n_side, M, chunk, repeats, max_candidates=None):
 
         return jax.vmap(one)(poses)
 
+    return f, poses
+
+
+def run(E, n_side, M, chunk, repeats, max_candidates=None):
+    f, poses = scene(E, n_side, M, chunk, max_candidates)
     comp, t = time_jitted(f, poses, repeats=repeats)
     overflow = bool(jnp.any(jax.jit(f)(poses)[1]))
     mem = jax.jit(f).lower(poses).compile().memory_analysis()
     peak = None
     if mem is not None:
         peak = int(mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes)
-    return E * s.n_probes / t, peak, comp, overflow
+    return E * n_side**2 / t, peak, comp, overflow
 
 
 # (envs, grid side, points, capacity): the capacity covers the points inside the probes'

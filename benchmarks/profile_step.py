@@ -8,6 +8,7 @@ Usage:
   python benchmarks/profile_step.py forward 4096      # bare KinematicTaxel step
   python benchmarks/profile_step.py grad 4096         # value_and_grad w.r.t. object poses
   python benchmarks/profile_step.py chain 1024 [--hash] [--delay-only]
+  python benchmarks/profile_step.py proximity 1024 [--points 500 --capacity 80]
 Add ``--hlo FILE`` to write the optimised HLO (to read what a fusion contains).
 """
 
@@ -49,6 +50,7 @@ def profile(fn, *args, calls=5, top=15, hlo=None):
     for e in evs:
         if e.get("ph") == "X" and "dur" in e and not e["name"].startswith(SKIP):
             tot[e["name"]] += e["dur"]
+    print(f"{sum(tot.values()) / calls / 1000:9.3f} ms  (all ops, per call)")
     for k, v in tot.most_common(top):
         print(f"{v / calls / 1000:9.3f} ms  {k[:100]}")
     if hlo:
@@ -65,12 +67,20 @@ def scene_poses(bodies, E):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["forward", "grad", "chain"])
+    ap.add_argument("mode", choices=["forward", "grad", "chain", "proximity"])
     ap.add_argument("envs", type=int)
     ap.add_argument("--hash", action="store_true", help="chain: noise_generator='hash'")
     ap.add_argument("--delay-only", action="store_true", help="chain: delay + jitter only")
+    ap.add_argument("--points", type=int, default=500, help="proximity: tracked points")
+    ap.add_argument("--capacity", type=int, default=80, help="proximity: max_candidates (0: off)")
     ap.add_argument("--hlo")
     a = ap.parse_args()
+    if a.mode == "proximity":
+        import bench_proximity
+
+        f, poses = bench_proximity.scene(a.envs, 11, a.points, 64, a.capacity or None)
+        profile(f, poses, hlo=a.hlo)
+        return
     if a.mode == "chain":
         if a.delay_only:
             imp = dict(delay=0.01, dt=0.005, jitter=0.001)

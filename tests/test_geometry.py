@@ -301,3 +301,26 @@ def test_box_normal_ties_inside_go_to_lowest_axis():
     sd, n = box.sdf_local(jnp.array([[0.0, 0, 0], [0.05, 0.05, 0.0], [0, -0.05, 0.15]]))
     np.testing.assert_allclose(sd, [-0.1, -0.05, -0.05])
     np.testing.assert_allclose(n, [[1.0, 0, 0], [1, 0, 0], [0, -1, 0]])
+
+
+def test_query_in_frame_gradients_match_fd():
+    """query_in_frame_xyz gradients w.r.t. the frame pose, the body poses and the points, for
+    a sphere (queried on the frame's axes, no rotation) and a rotated box (through
+    affine_planes), against float64 central differences."""
+    shapes = (Sphere(radius=0.05, body=0, T_body_shape=[0.01, 0, 0.02, 0, 0, 0, 1]),
+              Box(size=[0.1, 0.06, 0.04], body=1))  # fmt: skip
+    q1 = P.quat_from_axis_angle(_unit([0.3, -0.5, 0.8]), 0.7)
+    q2 = P.quat_from_axis_angle(_unit([1.0, 0.2, 0.0]), -1.1)
+    poses = jnp.array([[0.01, 0.02, 0.0, *q1], [0.0, -0.03, 0.02, *q2]])
+    T_wf = jnp.array([0.02, -0.01, 0.03, *P.quat_from_axis_angle(_unit([0, 1.0, 1]), 0.4)])
+    pts = jnp.asarray(RNG.uniform(-0.08, 0.08, (5, 3)))
+    w = jnp.asarray(RNG.normal(size=(4, 2, 5)))
+
+    b0 = Bodies(shapes, poses)
+
+    def loss(p):
+        b = b0.with_state(p["poses"])
+        sd, n, _ = b.query_in_frame_xyz(p["T"], tuple(p["pts"].T))
+        return jnp.sum(w * jnp.stack([sd, *n]))
+
+    check_grad_fd(loss, {"poses": poses, "T": T_wf, "pts": pts}, n_directions=6)
