@@ -17,6 +17,7 @@ from .geometry import (
     sample_surface_points,
 )
 from .imperfections import Imperfections
+from .rollout import vmap_envs
 from .layout import (
     gaussian_crosstalk_kernel,
     generate_grid_points_on_plane,
@@ -45,4 +46,5 @@ __all__ = [
     "sample_surface_points",
     "sensors",
     "rollout",
+    "vmap_envs",
 ]

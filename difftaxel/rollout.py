@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
-__all__ = ["rollout", "rollout_envs", "env_mesh", "shard_envs"]
+__all__ = ["rollout", "rollout_envs", "vmap_envs", "env_mesh", "shard_envs"]
 
 
 def rollout(sensor, state, inputs_seq, key=None, *, checkpoint: bool = False):
@@ -35,20 +37,183 @@ def rollout(sensor, state, inputs_seq, key=None, *, checkpoint: bool = False):
     return jax.lax.scan(body, state, (inputs_seq, keys))
 
 
-def rollout_envs(sensor, states, inputs_seq, keys=None, *, checkpoint: bool = False):
+def rollout_envs(
+    sensor,
+    states,
+    inputs_seq,
+    keys=None,
+    *,
+    checkpoint: bool = False,
+    grad_chunk: int | None = None,
+):
     """:func:`rollout` vmapped over environments.
 
     ``states`` and ``inputs_seq`` carry a leading environment axis ``[E, ...]`` (inputs:
-    ``[E, T, ...]``); ``keys`` is ``[E]`` keys or None. The sensor (its options) is shared.
-    Returns ``(final_states [E, ...], readings [E, T, ...])``.
+    ``[E, T, ...]``); ``keys`` is ``[E]`` keys or None. The sensor (its options) is shared
+    and differentiable. ``grad_chunk``: see :func:`vmap_envs` (reverse mode evaluated that
+    many environments at a time). Returns ``(final_states [E, ...], readings [E, T, ...])``.
     """
     if keys is None:
-        return jax.vmap(lambda s, i: rollout(sensor, s, i, None, checkpoint=checkpoint))(
-            states, inputs_seq
-        )
-    return jax.vmap(lambda s, i, k: rollout(sensor, s, i, k, checkpoint=checkpoint))(
-        states, inputs_seq, keys
+
+        def one(sen, s, i):
+            return rollout(sen, s, i, None, checkpoint=checkpoint)
+
+        return vmap_envs(one, (None, 0, 0), grad_chunk=grad_chunk)(sensor, states, inputs_seq)
+
+    def one_k(sen, s, i, k):
+        return rollout(sen, s, i, k, checkpoint=checkpoint)
+
+    return vmap_envs(one_k, (None, 0, 0, 0), grad_chunk=grad_chunk)(
+        sensor, states, inputs_seq, keys
     )
+
+
+def vmap_envs(f, in_axes=0, *, grad_chunk: int | None = None):
+    """``jax.vmap(f, in_axes)`` over a leading environment axis, with an optional chunked
+    reverse pass.
+
+    Args:
+      f: function of positional pytree arguments (e.g. ``f(sensor, state, inputs, key)``
+        returning ``(state, reading)``).
+      in_axes: ``0`` (every argument batched on its leading axis) or a tuple with ``0`` or
+        ``None`` (shared, e.g. the sensor) per positional argument. Only the leading axis.
+      grad_chunk: None (default): exactly ``jax.vmap``. An int ``C >= 1``: the same values,
+        but reverse-mode derivatives (``jax.grad``, ``jax.vjp``) are computed ``C``
+        environments at a time in a ``lax.scan``, each chunk recomputing its forward pass.
+
+    Why: a vmapped sensor step's backward pass is a chain of elementwise passes over
+    ``[E, N]`` arrays. Once those no longer fit in cache (11 x 11 taxels: a few thousand
+    environments on a CPU), each pass runs at memory bandwidth. Chunks that fit in cache
+    made the KinematicTaxel value-and-gradient at 4096 environments 1.8x faster on the
+    2-core CPU of ``benchmarks/RESULTS.md``, recomputation included. The forward pass and
+    the values are unchanged: the chunking only changes how the cotangents are computed.
+
+    With ``grad_chunk``:
+    * derivatives w.r.t. shared arguments are summed over chunks; w.r.t. batched
+      arguments, concatenated;
+    * only floating-point leaves are differentiated (integer, bool and key leaves pass
+      through);
+    * forward mode (``jax.jvp``, ``jax.jacfwd``) is not available, since the chunked pass
+      is a ``jax.custom_vjp``. Use ``grad_chunk=None`` there;
+    * every quantity to differentiate must be an argument. JAX raises an error for a
+      differentiated value that ``f`` closes over.
+
+    Returns:
+      the vmapped function; outputs carry the leading ``[E]`` axis.
+    """
+    if grad_chunk is not None:
+        if isinstance(grad_chunk, bool) or not isinstance(grad_chunk, (int, np.integer)):
+            raise ValueError(f"grad_chunk: expected None or an int >= 1, got {grad_chunk!r}")
+        if grad_chunk < 1:
+            raise ValueError(f"grad_chunk: expected None or an int >= 1, got {grad_chunk!r}")
+
+    def wrapped(*args):
+        axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+        if len(axes) != len(args) or any(a not in (0, None) for a in axes):
+            raise ValueError(
+                f"in_axes: expected 0 or one of 0 / None per positional argument "
+                f"({len(args)}), got {in_axes!r}"
+            )
+        vf = jax.vmap(f, in_axes=axes)
+        if grad_chunk is None:
+            return vf(*args)
+        return _chunked_vjp_call(vf, args, axes, int(grad_chunk))
+
+    return wrapped
+
+
+def _chunked_vjp_call(vf, args, axes, chunk):
+    """``vf(*args)`` whose VJP runs over ``chunk`` environments at a time (see vmap_envs)."""
+    leaves, tdef = jax.tree_util.tree_flatten(args)
+    leaf_ax = [ax for a, ax in zip(args, axes, strict=True) for _ in jax.tree_util.tree_leaves(a)]
+    batched = [x for x, a in zip(leaves, leaf_ax, strict=True) if a == 0]
+    if not batched:
+        raise ValueError("in_axes: at least one argument must be batched (0)")
+    E = int(np.shape(batched[0])[0])
+    C = min(chunk, E)
+    diff = [
+        hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.inexact)
+        for x in leaves  # floating leaves are differentiated, the rest pass through
+    ]
+    dvals = [x for x, d in zip(leaves, diff, strict=True) if d]
+    dax = [a for a, d in zip(leaf_ax, diff, strict=True) if d]
+    rest = [x for x, d in zip(leaves, diff, strict=True) if not d]
+    rax = [a for a, d in zip(leaf_ax, diff, strict=True) if not d]
+
+    def rebuild(dv, rs):
+        it, jt = iter(dv), iter(rs)
+        return tdef.unflatten([next(it) if d else next(jt) for d in diff])
+
+    @jax.custom_vjp
+    def g(dv):
+        return vf(*rebuild(dv, rest))
+
+    def g_fwd(dv):
+        # which leaves are differentiated (static): the others get no cotangent work
+        pert = tuple(bool(p.perturbed) for p in dv)
+        dv = [p.value for p in dv]
+        return g(dv), (dv, pert)
+
+    def g_bwd(res, ct):
+        dv, pert = res
+        idx_s = [i for i, (a, p) in enumerate(zip(dax, pert, strict=True)) if a is None and p]
+        idx_b = [i for i, (a, p) in enumerate(zip(dax, pert, strict=True)) if a == 0 and p]
+
+        def chunk_vjp(lo, size, ct_c):
+            def sl(x):
+                return jax.lax.dynamic_slice_in_dim(x, lo, size)
+
+            rs = [sl(x) if a == 0 else x for x, a in zip(rest, rax, strict=True)]
+            base = [sl(x) if a == 0 else x for x, a in zip(dv, dax, strict=True)]
+
+            def h(sh, bt):
+                full = list(base)
+                for i, v in zip(idx_s, sh, strict=True):
+                    full[i] = v
+                for i, v in zip(idx_b, bt, strict=True):
+                    full[i] = v
+                return vf(*rebuild(full, rs))
+
+            _, vjp = jax.vjp(h, [dv[i] for i in idx_s], [base[i] for i in idx_b])
+            return vjp(ct_c)
+
+        def ct_slice(lo, size):
+            def one(c):
+                if isinstance(c, jax.custom_derivatives.SymbolicZero):  # an unused output
+                    shp, dt = (size,) + tuple(c.aval.shape[1:]), c.aval.dtype
+                    if dt == jax.dtypes.float0:
+                        return np.zeros(shp, jax.dtypes.float0)
+                    return jnp.zeros(shp, dt)
+                if c.dtype == jax.dtypes.float0:
+                    return np.zeros((size,) + c.shape[1:], jax.dtypes.float0)
+                return jax.lax.dynamic_slice_in_dim(c, lo, size)
+
+            return jax.tree_util.tree_map(one, ct)
+
+        n = E // C
+
+        def body(acc, i):
+            lo = i * C
+            ds, db = chunk_vjp(lo, C, ct_slice(lo, C))
+            return [a + d for a, d in zip(acc, ds, strict=True)], db
+
+        acc0 = [jnp.zeros_like(dv[i]) for i in idx_s]
+        acc, dbs = jax.lax.scan(body, acc0, jnp.arange(n))
+        dbs = [d.reshape((n * C,) + d.shape[2:]) for d in dbs]
+        if E % C:  # the tail, one smaller chunk
+            lo = n * C
+            ds, db = chunk_vjp(lo, E - lo, ct_slice(lo, E - lo))
+            acc = [a + d for a, d in zip(acc, ds, strict=True)]
+            dbs = [jnp.concatenate([a, b]) for a, b in zip(dbs, db, strict=True)]
+        out = [None] * len(dv)
+        for i, v in zip(idx_s, acc, strict=True):
+            out[i] = v
+        for i, v in zip(idx_b, dbs, strict=True):
+            out[i] = v
+        return (out,)
+
+    g.defvjp(g_fwd, g_bwd, symbolic_zeros=True)
+    return g(dvals)
 
 
 def env_mesh(devices=None, axis_name: str = "env"):
