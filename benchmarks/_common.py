@@ -115,10 +115,12 @@ def kinematic_scene(**extra):
     return KinematicTaxel(**kw), bodies, inputs
 
 
-def kinematic_forward_and_loss(inputs, state):
+def kinematic_forward_and_loss(inputs, state, vmap=jax.vmap):
     """``(forward, loss)`` for the KinematicTaxel benchmarks: ``forward(sensor, poses)`` is one
     vmapped step (measured readings) of the scene ``inputs`` with the object at each of
-    ``poses [E, 7]``; ``loss(sensor, poses)`` sums every force and torque component."""
+    ``poses [E, 7]``; ``loss(sensor, poses)`` sums every force and torque component.
+    ``vmap`` maps a per-environment function over the poses (``jax.vmap`` or
+    ``difftaxel.vmap_envs(..., grad_chunk=...)``)."""
     import jax.numpy as jnp
 
     def forward(sensor, poses):
@@ -126,7 +128,7 @@ def kinematic_forward_and_loss(inputs, state):
             b = inputs.bodies.with_state(pose[None])
             return sensor.step(state, inputs.replace(bodies=b))[1].measured
 
-        return jax.vmap(one)(poses)
+        return vmap(one)(poses)
 
     def loss(sensor, poses):
         r = forward(sensor, poses)

@@ -17,12 +17,12 @@ from .geometry import (
     sample_surface_points,
 )
 from .imperfections import Imperfections
-from .rollout import vmap_envs
 from .layout import (
     gaussian_crosstalk_kernel,
     generate_grid_points_on_plane,
     generate_ring_points_on_sphere,
 )
+from .rollout import vmap_envs
 
 __version__ = "0.1.0"
 

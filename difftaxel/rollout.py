@@ -80,6 +80,7 @@ def vmap_envs(f, in_axes=0, *, grad_chunk: int | None = None):
       grad_chunk: None (default): exactly ``jax.vmap``. An int ``C >= 1``: the same values,
         but reverse-mode derivatives (``jax.grad``, ``jax.vjp``) are computed ``C``
         environments at a time in a ``lax.scan``, each chunk recomputing its forward pass.
+        With ``E <= C`` (one chunk) this is plain ``jax.vmap``.
 
     Why: a vmapped sensor step's backward pass is a chain of elementwise passes over
     ``[E, N]`` arrays. Once those no longer fit in cache (11 x 11 taxels: a few thousand
@@ -130,7 +131,9 @@ def _chunked_vjp_call(vf, args, axes, chunk):
     if not batched:
         raise ValueError("in_axes: at least one argument must be batched (0)")
     E = int(np.shape(batched[0])[0])
-    C = min(chunk, E)
+    if E <= chunk:  # one chunk: plain reverse mode, without the recomputed forward
+        return vf(*args)
+    C = chunk
     diff = [
         hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.inexact)
         for x in leaves  # floating leaves are differentiated, the rest pass through
