@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
-from .._numerics import cross, dot, safe_norm, safe_pow
+from .._numerics import affine_planes, cross, dot, safe_norm, safe_pow
 from .._numerics import eps as _eps
 from .._pytree import pytree_dataclass, replace, static_field
 from ..imperfections import ChainState, Imperfections, grid_metadata
@@ -222,6 +222,33 @@ def _common_post(self, name, allow_crosstalk, grid_normal=None):
 # =============================================================================== proximity
 
 
+def _motion_planes(T_body: Array, tw: Array, bx: Array, by: Array, bz: Array):
+    """World positions, velocities and angular velocities, each a tuple of three planes
+    ``[K]``, of points given in the body frame as planes ``bx, by, bz [K]``, for a body at
+    pose ``T_body [7]`` with world twist ``tw [6]``. Planes rather than ``[K, 3]`` arrays:
+    writing a trailing axis of size 3 is a slow interleaving pass on XLA's CPU backend."""
+    R = _pose.quat_to_matrix(T_body[3:])
+    p = affine_planes(R, T_body[:3], bx, by, bz)
+    r = [p[i] - T_body[i] for i in range(3)]
+    w = tw[3:]
+    v = (
+        tw[0] + w[1] * r[2] - w[2] * r[1],
+        tw[1] + w[2] * r[0] - w[0] * r[2],
+        tw[2] + w[0] * r[1] - w[1] * r[0],
+    )
+    ang = tuple(jnp.broadcast_to(w[i], bx.shape) for i in range(3))
+    return p, v, ang
+
+
+def _rows_times(v: Array, R: Array) -> Array:
+    """``v @ R`` for ``v [N, 3]``, ``R [3, 3]`` (rows rotated by ``R^T``), written out: XLA's
+    CPU backend sends the ``[N, 3] x [3, 3]`` product to a library GEMM that took 3.3 + 2.1 ms
+    of the ProximityTaxel step at 1024 x 121 (profiled), where the nine products fuse."""
+    return jnp.stack(
+        [v[:, 0] * R[0, j] + v[:, 1] * R[1, j] + v[:, 2] * R[2, j] for j in range(3)], -1
+    )
+
+
 @pytree_dataclass
 class ProximityTaxel:
     """Force and torque per probe from the tracked points inside its sensing sphere.
@@ -317,9 +344,9 @@ class ProximityTaxel:
         return _init_pc_state(self, key, 6, 0)
 
     def _candidates(self, inputs: SensorInputs, radii: Array, dtype):
-        """World positions, velocities, angular velocities ``[K, 3]`` and mask ``[K]`` of the
-        first ``K = max_candidates`` tracked points inside the probes' bounding box, and
-        whether more than ``K`` were inside (``[]`` bool).
+        """World positions, velocities, angular velocities (each a tuple of three ``[K]``
+        planes) and mask ``[K]`` of the first ``K = max_candidates`` tracked points inside the
+        probes' bounding box, and whether more than ``K`` were inside (``[]`` bool).
 
         The box is the axis-aligned box of the (traced) probe positions in the link frame,
         grown by the largest sensing radius: a point outside it is farther than its radius from
@@ -329,25 +356,32 @@ class ProximityTaxel:
         K = int(self.max_candidates)
         track = self.track_points
         bodies = inputs.bodies
-        T = jax.lax.stop_gradient(inputs.T_world_link)
-        body_mask = jnp.asarray(inputs.body_mask)
         sg = jax.lax.stop_gradient
-        local, start = [], 0
+        T = sg(inputs.T_world_link)
+        body_mask = jnp.asarray(inputs.body_mask)
+        pts = track.points.astype(dtype)
+        planes = (pts[:, 0], pts[:, 1], pts[:, 2])  # [M] each, body frames
+        local, start = [[], [], []], 0
         for b, c in track.segments:
             T_lb = sg(_pose.relative(T, bodies.poses[b].astype(dtype)))
             R_lb = _pose.quat_to_matrix(T_lb[3:])
-            local.append(_pose.matrix_apply(R_lb, T_lb[:3], track.points[start : start + c]))
+            seg = [q[start : start + c] for q in planes]
+            for i in range(3):  # link frame, one plane at a time
+                local[i].append(R_lb[i, 0] * seg[0] + R_lb[i, 1] * seg[1] + R_lb[i, 2] * seg[2]
+                                + T_lb[i])  # fmt: skip
             start += c
-        local = jnp.concatenate(local).astype(dtype)  # [M, 3], link frame
+        local = [jnp.concatenate(q) for q in local]  # [M] each
         msk = jnp.concatenate([jnp.broadcast_to(body_mask[b], (c,)) for b, c in track.segments])
         q = sg(self.probe_local_pos.astype(dtype))
         rmax = sg(jnp.max(radii))
         # a relative margin keeps points whose world-frame distance rounds to <= R inside
         scale = jnp.max(jnp.abs(q)) + jnp.max(jnp.abs(T[:3])) + rmax
         margin = rmax * (1.0 + 1e-3) + 64 * _eps(dtype) * scale
-        lo = jnp.min(q, 0, keepdims=True) - margin  # [1, 3]
-        hi = jnp.max(q, 0, keepdims=True) + margin
-        inside = jnp.all((local >= lo) & (local <= hi), -1) & msk
+        lo = jnp.min(q, 0) - margin  # [3]
+        hi = jnp.max(q, 0) + margin
+        inside = msk
+        for i in range(3):
+            inside = inside & (local[i] >= lo[i]) & (local[i] <= hi[i])
         cum = jnp.cumsum(inside.astype(jnp.int32))
         count = cum[-1]
         # index of the k-th inside point (k = 1..K): first position where the count reaches k
@@ -356,28 +390,46 @@ class ProximityTaxel:
         )
         idx = jnp.minimum(idx, track.n_points - 1)
         valid = jnp.arange(K) < count
-        pb = track.points[idx].astype(dtype)  # [K, 3] body frames
+        pb = [q[idx] for q in planes]  # [K] each, body frames
         segs = track.segments
         if len(segs) == 1:
             which = [None]
         else:
             bid = jnp.asarray(track.body_array())[idx]
             which = [bid == b for b, _ in segs]
-        pos = vel = ang = None
+        out = None
         for (b, _), w in zip(segs, which, strict=True):
-            Tb = bodies.poses[b].astype(dtype)
-            tw = bodies.twists[b].astype(dtype)
-            p = _pose.matrix_apply(_pose.quat_to_matrix(Tb[3:]), Tb[:3], pb)
-            v = tw[None, :3] + cross(tw[None, 3:], p - Tb[None, :3])
-            o = jnp.broadcast_to(tw[3:], p.shape)
+            mot = _motion_planes(bodies.poses[b].astype(dtype), bodies.twists[b].astype(dtype), *pb)
             if w is None:
-                pos, vel, ang = p, v, o
+                out = mot
             else:
-                w3 = w[:, None]
-                pos = p if pos is None else jnp.where(w3, p, pos)
-                vel = v if vel is None else jnp.where(w3, v, vel)
-                ang = o if ang is None else jnp.where(w3, o, ang)
+                out = mot if out is None else jax.tree.map(
+                    lambda new, old, w=w: jnp.where(w, new, old), mot, out
+                )  # fmt: skip
+        pos, vel, ang = out
         return pos, vel, ang, valid, count > K
+
+    def _all_points(self, inputs: SensorInputs, dtype):
+        """Every tracked point: world position, velocity and angular velocity planes (tuples
+        of three ``[M]``) and the per-point body mask ``[M]``."""
+        track, bodies = self.track_points, inputs.bodies
+        pts = track.points.astype(dtype)
+        parts, msk, start = [], [], 0
+        for b, c in track.segments:
+            if b >= bodies.num_bodies:
+                raise ValueError(
+                    f"TrackedPoints.segments: body {b} but inputs.bodies has "
+                    f"{bodies.num_bodies} bodies"
+                )
+            seg = [pts[start : start + c, i] for i in range(3)]
+            T, tw = bodies.poses[b].astype(dtype), bodies.twists[b].astype(dtype)
+            parts.append(_motion_planes(T, tw, *seg))
+            msk.append(jnp.broadcast_to(jnp.asarray(inputs.body_mask)[b], (c,)))
+            start += c
+        pos, vel, ang = (
+            tuple(jnp.concatenate([p[k][i] for p in parts]) for i in range(3)) for k in range(3)
+        )
+        return pos, vel, ang, jnp.concatenate(msk)
 
     def _accumulate(self, inputs: SensorInputs, radii: Array):
         """``S [B, N]``, ``V [B, N, 3]``, ``W [B, N]`` for each radius branch ``radii [B, N]``,
@@ -394,24 +446,21 @@ class ProximityTaxel:
         if self.max_candidates is not None and self.max_candidates < self.track_points.n_points:
             pts, vel, ang, msk, overflow = self._candidates(inputs, radii, dtype)
         else:
-            pts, vel, ang, msk = self.track_points.world(inputs, dtype)
-        M = pts.shape[0]
+            pts, vel, ang, msk = self._all_points(inputs, dtype)
+        M = pts[0].shape[0]
         n_chunks = -(-M // int(self.point_chunk))
         C = -(-M // n_chunks)  # chunks of equal size <= point_chunk, the least padding
         pad = (-M) % C
         if pad:
-            far = jnp.full((pad, 3), 1e6, dtype)
-            pts = jnp.concatenate([pts, far])
-            vel = jnp.concatenate([vel, jnp.zeros((pad, 3), dtype)])
-            ang = jnp.concatenate([ang, jnp.zeros((pad, 3), dtype)])
+            far, zero = jnp.full((pad,), 1e6, dtype), jnp.zeros((pad,), dtype)
+            pts = tuple(jnp.concatenate([x, far]) for x in pts)
+            vel = tuple(jnp.concatenate([x, zero]) for x in vel)
+            ang = tuple(jnp.concatenate([x, zero]) for x in ang)
             msk = jnp.concatenate([msk, jnp.zeros((pad,), bool)])
         # Coordinates as separate [K, C] planes (structure of arrays): the pair arithmetic then
         # runs on contiguous [N, C] blocks instead of trailing axes of size 3, which XLA's CPU
         # backend vectorises poorly (3x slower, measured in benchmarks/RESULTS.md).
-        chunks = (
-            jnp.moveaxis(pts.reshape(-1, C, 3), -1, 0),  # [3, K, C]
-            msk.reshape(-1, C),
-        )
+        chunks = (tuple(x.reshape(-1, C) for x in pts), msk.reshape(-1, C))
         B, N = radii.shape
         eps = _eps(dtype)
         r2 = (radii * radii)[:, :, None]  # [B, N, 1]
@@ -419,7 +468,7 @@ class ProximityTaxel:
         # Every accumulator is linear in the per-point data, so one product per chunk gives
         # them all: [S, sum P v_pt, sum P w_pt] = P @ [1, v_pt, w_pt]; the tangential
         # projection and the relative terms are applied per probe afterwards.
-        feats = jnp.concatenate([jnp.ones((M + pad, 1), dtype), vel, ang], axis=-1).reshape(
+        feats = jnp.stack([jnp.ones((M + pad,), dtype), *vel, *ang], axis=-1).reshape(
             -1, C, 7
         )  # [K, C, 7]
 
@@ -474,7 +523,7 @@ class ProximityTaxel:
             if self.shear_on:
                 F = F + self.shear_coupling * kappa * Vg
             Tq = cross(p - inputs.T_world_link[None, :3], F) - self.twist_scalar * wbar[:, None] * a
-            out.append(TaxelReading(F @ R, Tq @ R))  # rows times R = R^T v
+            out.append(TaxelReading(_rows_times(F, R), _rows_times(Tq, R)))
         return out[1], out[0], over
 
     def step(self, state: PointCloudState, inputs: SensorInputs, key=None):
