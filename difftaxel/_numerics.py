@@ -102,6 +102,18 @@ def cross(a: Array, b: Array) -> Array:
     return jnp.stack([ay * bz - az * by, az * bx - ax * bz, ax * by - ay * bx], axis=-1)
 
 
+def skew(w: Array) -> Array:
+    """``[3, 3]`` cross-product matrix of ``w [3]``: ``skew(w) @ p == w x p``."""
+    z = jnp.zeros((), w.dtype)
+    return jnp.stack(
+        [
+            jnp.stack([z, -w[2], w[1]]),
+            jnp.stack([w[2], z, -w[0]]),
+            jnp.stack([-w[1], w[0], z]),
+        ]
+    )
+
+
 def dot(a: Array, b: Array, keepdims: bool = False) -> Array:
     """Dot product on the last axis."""
     a, b = align(a, b)

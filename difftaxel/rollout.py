@@ -102,11 +102,12 @@ def vmap_envs(f, in_axes=0, *, grad_chunk: int | None = None):
     Returns:
       the vmapped function; outputs carry the leading ``[E]`` axis.
     """
-    if grad_chunk is not None:
-        if isinstance(grad_chunk, bool) or not isinstance(grad_chunk, (int, np.integer)):
-            raise ValueError(f"grad_chunk: expected None or an int >= 1, got {grad_chunk!r}")
-        if grad_chunk < 1:
-            raise ValueError(f"grad_chunk: expected None or an int >= 1, got {grad_chunk!r}")
+    if grad_chunk is not None and (
+        isinstance(grad_chunk, bool)
+        or not isinstance(grad_chunk, (int, np.integer))
+        or grad_chunk < 1
+    ):
+        raise ValueError(f"grad_chunk: expected None or an int >= 1, got {grad_chunk!r}")
 
     def wrapped(*args):
         axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
@@ -221,7 +222,6 @@ def _chunked_vjp_call(vf, args, axes, chunk):
 
 def env_mesh(devices=None, axis_name: str = "env"):
     """A 1-D device mesh over ``devices`` (default: all devices) for the environment axis."""
-    import numpy as np
     from jax.sharding import Mesh
 
     devs = jax.devices() if devices is None else list(devices)

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
-from .._numerics import affine_planes, cross, safe_pow
+from .._numerics import affine_planes, cross, safe_pow, skew
 from .._numerics import eps as _eps
 from .._pytree import pytree_dataclass, replace, static_field
 from ..imperfections import ChainState, Imperfections
@@ -540,23 +540,9 @@ class KinematicTaxel:
         v0 = v0_world @ Rt.T  # [S, 3] rows rotated by R^T
         w = w_rel_world @ Rt.T
         wx, wy, wz = (w[:, i : i + 1] for i in range(3))  # [S, 1]
-        z = jnp.zeros((), dtype)
         # v0 + w x p_L, one affine map per shape (its pose gradient is one product, see
         # affine_planes)
-        per_shape = [
-            affine_planes(
-                jnp.stack(
-                    [
-                        jnp.stack([z, -w[s, 2], w[s, 1]]),
-                        jnp.stack([w[s, 2], z, -w[s, 0]]),
-                        jnp.stack([-w[s, 1], w[s, 0], z]),
-                    ]
-                ),
-                v0[s],
-                *p_link,
-            )
-            for s in range(w.shape[0])
-        ]
+        per_shape = [affine_planes(skew(w[s]), v0[s], *p_link) for s in range(w.shape[0])]
         v_rel = tuple(jnp.stack([v[i] for v in per_shape]) for i in range(3))  # [S, N]
         return v_rel, (wx, wy, wz)
 

@@ -90,33 +90,34 @@ class TrackedPoints:
     def body_array(self) -> np.ndarray:
         return np.concatenate([np.full(c, b) for b, c in self.segments]).astype(np.int32)
 
-    def world(self, inputs: SensorInputs, dtype):
-        """World positions ``[M, 3]``, velocities ``[M, 3]``, angular velocities ``[M, 3]`` and
-        the per-point body mask ``[M]`` (static slices per segment)."""
+    def world_planes(self, inputs: SensorInputs, dtype):
+        """World positions, velocities and angular velocities (each a tuple of three ``[M]``
+        planes; m, m/s, rad/s) and the per-point body mask ``[M]`` (static slices per
+        segment)."""
         bodies = inputs.bodies
-        pos, vel, ang, msk = [], [], [], []
-        start = 0
+        pts = self.points.astype(dtype)
+        parts, msk, start = [], [], 0
         for b, c in self.segments:
             if b >= bodies.num_bodies:
                 raise ValueError(
                     f"TrackedPoints.segments: body {b} but inputs.bodies has "
                     f"{bodies.num_bodies} bodies"
                 )
-            T = bodies.poses[b].astype(dtype)
-            tw = bodies.twists[b].astype(dtype)
-            R = _pose.quat_to_matrix(T[3:])
-            p = _pose.matrix_apply(R, T[:3], self.points[start : start + c].astype(dtype))
-            pos.append(p)
-            vel.append(tw[None, :3] + cross(tw[None, 3:], p - T[None, :3]))
-            ang.append(jnp.broadcast_to(tw[3:], (c, 3)))
+            seg = [pts[start : start + c, i] for i in range(3)]
+            T, tw = bodies.poses[b].astype(dtype), bodies.twists[b].astype(dtype)
+            parts.append(_motion_planes(T, tw, *seg))
             msk.append(jnp.broadcast_to(jnp.asarray(inputs.body_mask)[b], (c,)))
             start += c
-        return (
-            jnp.concatenate(pos),
-            jnp.concatenate(vel),
-            jnp.concatenate(ang),
-            jnp.concatenate(msk),
+        pos, vel, ang = (
+            tuple(jnp.concatenate([p[k][i] for p in parts]) for i in range(3)) for k in range(3)
         )
+        return pos, vel, ang, jnp.concatenate(msk)
+
+    def world(self, inputs: SensorInputs, dtype):
+        """:meth:`world_planes` stacked: positions, velocities, angular velocities
+        ``[M, 3]`` (world) and the body mask ``[M]``."""
+        pos, vel, ang, msk = self.world_planes(inputs, dtype)
+        return jnp.stack(pos, -1), jnp.stack(vel, -1), jnp.stack(ang, -1), msk
 
 
 def _prep_normals(name, normal, n):
@@ -365,10 +366,9 @@ class ProximityTaxel:
         for b, c in track.segments:
             T_lb = sg(_pose.relative(T, bodies.poses[b].astype(dtype)))
             R_lb = _pose.quat_to_matrix(T_lb[3:])
-            seg = [q[start : start + c] for q in planes]
-            for i in range(3):  # link frame, one plane at a time
-                local[i].append(R_lb[i, 0] * seg[0] + R_lb[i, 1] * seg[1] + R_lb[i, 2] * seg[2]
-                                + T_lb[i])  # fmt: skip
+            seg = affine_planes(R_lb, T_lb[:3], *(q[start : start + c] for q in planes))
+            for i in range(3):  # link frame
+                local[i].append(seg[i])
             start += c
         local = [jnp.concatenate(q) for q in local]  # [M] each
         msk = jnp.concatenate([jnp.broadcast_to(body_mask[b], (c,)) for b, c in track.segments])
@@ -409,28 +409,6 @@ class ProximityTaxel:
         pos, vel, ang = out
         return pos, vel, ang, valid, count > K
 
-    def _all_points(self, inputs: SensorInputs, dtype):
-        """Every tracked point: world position, velocity and angular velocity planes (tuples
-        of three ``[M]``) and the per-point body mask ``[M]``."""
-        track, bodies = self.track_points, inputs.bodies
-        pts = track.points.astype(dtype)
-        parts, msk, start = [], [], 0
-        for b, c in track.segments:
-            if b >= bodies.num_bodies:
-                raise ValueError(
-                    f"TrackedPoints.segments: body {b} but inputs.bodies has "
-                    f"{bodies.num_bodies} bodies"
-                )
-            seg = [pts[start : start + c, i] for i in range(3)]
-            T, tw = bodies.poses[b].astype(dtype), bodies.twists[b].astype(dtype)
-            parts.append(_motion_planes(T, tw, *seg))
-            msk.append(jnp.broadcast_to(jnp.asarray(inputs.body_mask)[b], (c,)))
-            start += c
-        pos, vel, ang = (
-            tuple(jnp.concatenate([p[k][i] for p in parts]) for i in range(3)) for k in range(3)
-        )
-        return pos, vel, ang, jnp.concatenate(msk)
-
     def _accumulate(self, inputs: SensorInputs, radii: Array):
         """``S [B, N]``, ``V [B, N, 3]``, ``W [B, N]`` for each radius branch ``radii [B, N]``,
         and whether the candidate capacity overflowed (``[]`` bool)."""
@@ -446,7 +424,7 @@ class ProximityTaxel:
         if self.max_candidates is not None and self.max_candidates < self.track_points.n_points:
             pts, vel, ang, msk, overflow = self._candidates(inputs, radii, dtype)
         else:
-            pts, vel, ang, msk = self._all_points(inputs, dtype)
+            pts, vel, ang, msk = self.track_points.world_planes(inputs, dtype)
         M = pts[0].shape[0]
         n_chunks = -(-M // int(self.point_chunk))
         C = -(-M // n_chunks)  # chunks of equal size <= point_chunk, the least padding
