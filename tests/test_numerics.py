@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from difftaxel._numerics import affine_planes
+from difftaxel._numerics import affine_planes, skew
 from difftaxel.testing import check_grad_fd
 
 RNG = np.random.default_rng(3)
@@ -82,3 +82,9 @@ def test_affine_planes_vmap_batched_and_shared_planes():
         ref = plain(As[e], bs[e], xs[e])
         for i in range(3):
             np.testing.assert_allclose(gb[i][e], ref[i], rtol=1e-12)
+
+
+def test_skew_is_the_cross_product_matrix():
+    w, p = (jnp.asarray(RNG.normal(size=3)) for _ in range(2))
+    np.testing.assert_allclose(skew(w) @ p, jnp.cross(w, p), atol=1e-15)
+    np.testing.assert_allclose(skew(w), -skew(w).T, atol=0)
