@@ -5,10 +5,13 @@ round-robin (each round runs every configuration once; ratios are medians over r
 The chain: radius noise, per-reset gain, Gaussian crosstalk, Maxwell hysteresis, random
 walk, white noise, bias, quantisation, dead taxels, delay with jitter; run with the default
 Gaussian generator (threefry + Box-Muller) and with ``noise_generator="hash"``, and once
-without per-step random draws.
+without per-step random draws. Two more cases time the chain's per-step Gaussian draws alone
+(random walk + white noise: ``[2, 121, 6]`` normals per environment, written out), with each
+generator: ``chain_over_bare`` cannot fall much below ``1 + draws_over_bare`` while every
+channel draws its own exact normals each step.
 
 Usage: python benchmarks/bench_imperfections.py [--envs 1024]
-Last line: {"chain_over_bare": ...}
+Last line: {"chain_over_bare": ..., "draws_over_bare": ..., ...}
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from _common import emit, kinematic_scene, time_interleaved  # noqa: E402
 
 import difftaxel as dt  # noqa: E402
+from difftaxel.imperfections import hash_normal, standard_normal  # noqa: E402
+from difftaxel.sensors.base import split3  # noqa: E402
 
 
 def main():
@@ -77,6 +82,16 @@ def main():
 
         return step
 
+    def make_draws(draw):
+        def draws(keys):
+            def one(k):
+                _, k_hw, _ = split3(k)  # the chain's own key for its hardware stage
+                return draw(k_hw, (2, 121, 6), jnp.float32)
+
+            return jax.vmap(one)(keys)
+
+        return draws
+
     cases = {}
     for name, s in (
         ("bare", bare),
@@ -86,23 +101,28 @@ def main():
     ):
         states = jax.vmap(s.init_state)(keys)
         cases[name] = (make_step(s), (states, poses, keys))
+    cases["draws"] = (make_draws(standard_normal), (keys,))
+    cases["draws_hash"] = (make_draws(hash_normal), (keys,))
     # round-robin timing: every round runs each case once, ratios are medians over rounds
     comp, times, ratios = time_interleaved(cases, rounds=a.repeats)
     for name in cases:
         print(
-            f"{name:9s} {E * 121 / times[name]:.3e} taxel-steps/s  compile {comp[name]:.2f} s"
+            f"{name:10s} {E * 121 / times[name]:.3e} taxel-steps/s  compile {comp[name]:.2f} s"
             f"  / bare {ratios[name]:.2f}"
         )
     ratio, ratio_h, ratio_nr = ratios["full"], ratios["full_hash"], ratios["no_random"]
     print(
         f"chain / bare = {ratio:.2f}; with noise_generator='hash' = {ratio_h:.2f}; "
-        f"without per-step random draws = {ratio_nr:.2f}"
+        f"without per-step random draws = {ratio_nr:.2f}; the draws alone / bare = "
+        f"{ratios['draws']:.2f} (hash {ratios['draws_hash']:.2f})"
     )
     emit(
         {
             "chain_over_bare": ratio,
             "chain_hash_generator_over_bare": ratio_h,
             "chain_without_random_draws_over_bare": ratio_nr,
+            "draws_over_bare": ratios["draws"],
+            "draws_hash_over_bare": ratios["draws_hash"],
             "envs": E,
             "bare_taxel_steps_per_s": E * 121 / times["bare"],
             "full_taxel_steps_per_s": E * 121 / times["full"],

@@ -5,7 +5,8 @@ estimate (arguments + outputs + temporaries, `compiled.memory_analysis()`), meas
 headline case. Headline: 1024 environments x 121 probes x 500 points.
 
 Usage: python benchmarks/bench_proximity.py  (every configuration twice: exhaustive and with
-max_candidates, side by side)
+max_candidates, side by side); ``--headline`` runs only the two rows the last line reports
+(1024 x 121 x 500 and 4096 x 121 x 2000), for a short check on another machine
 Last line: {"probe_steps_per_s": ..., "peak_bytes": ..., "sweep": [...]}
 """
 
@@ -87,6 +88,7 @@ SWEEP = [
     (4096, 11, 500, 80),
     (4096, 11, 2000, 256),
 ]
+HEADLINE = [(1024, 11, 500, 80), (4096, 11, 2000, 256)]
 
 
 def main():
@@ -99,9 +101,11 @@ def main():
         default=2 * 10**8,
         help="skip the every-point run when envs*probes*points exceeds this",
     )
+    ap.add_argument("--headline", action="store_true", help="only the two reported rows")
     a = ap.parse_args()
     sweep = []
-    for E, n_side, M, K in SWEEP:
+    rows = [r for r in SWEEP if not a.headline or r in HEADLINE]
+    for E, n_side, M, K in rows:
         row = {"envs": E, "probes": n_side**2, "points": M, "max_candidates": K}
         for tag, cap in (("preselected", K), ("exhaustive", None)):
             if cap is None and E * n_side**2 * M > a.skip_exhaustive_above:
