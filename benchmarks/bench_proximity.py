@@ -94,7 +94,7 @@ HEADLINE = [(1024, 11, 500, 80), (4096, 11, 2000, 256)]
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--chunk", type=int, default=64)
+    ap.add_argument("--chunk", type=int, default=8, help="point_chunk (points per loop iteration)")
     ap.add_argument(
         "--skip-exhaustive-above",
         type=int,

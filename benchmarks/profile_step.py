@@ -78,7 +78,7 @@ def main():
     if a.mode == "proximity":
         import bench_proximity
 
-        f, poses = bench_proximity.scene(a.envs, 11, a.points, 64, a.capacity or None)
+        f, poses = bench_proximity.scene(a.envs, 11, a.points, 8, a.capacity or None)
         profile(f, poses, hlo=a.hlo)
         return
     if a.mode == "chain":

@@ -394,15 +394,20 @@ def test_gradients_finite_at_zero_depth_and_sphere_boundary():
     assert_finite_tree(g)
 
 
-def test_memory_bounded_chunking_matches_unchunked(small_scene):
+def test_point_blocks_do_not_change_readings(small_scene):
+    """Blocks of 7 (300 points: 43 blocks, one padded point) and of 13 (24 blocks, 12 padded),
+    with shear on (complex accumulators) and off (one real accumulator): the same readings."""
     grid, track, inp = small_scene
-    a = ProximityTaxel(probe_local_pos=grid, track_points=track, probe_radius=0.003, point_chunk=7)
-    b = ProximityTaxel(
-        probe_local_pos=grid, track_points=track, probe_radius=0.003, point_chunk=300
-    )
-    ra, rb = read(a, inp)[1].ground_truth, read(b, inp)[1].ground_truth
-    np.testing.assert_allclose(ra.force, rb.force, atol=1e-15)
-    np.testing.assert_allclose(ra.torque, rb.torque, atol=1e-15)
+    for shear in (0.0, 3.0):
+        kw = dict(
+            probe_local_pos=grid, track_points=track, probe_radius=0.003, shear_coupling=shear
+        )
+        a = ProximityTaxel(**kw, point_chunk=7)
+        b = ProximityTaxel(**kw, point_chunk=13)
+        ra, rb = read(a, inp)[1].ground_truth, read(b, inp)[1].ground_truth
+        assert np.max(np.abs(ra.force)) > 1e-3  # the scene is in contact
+        np.testing.assert_allclose(ra.force, rb.force, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(ra.torque, rb.torque, rtol=1e-13, atol=1e-17)
 
 
 def test_bad_input():

@@ -45,7 +45,6 @@ def _sensor(grid, track, **kw):
         probe_radius=0.003,
         probe_radius_noise=2e-4,
         shear_coupling=5.0,
-        point_chunk=32,
     )
     base.update(kw)
     return ProximityTaxel(**base)

@@ -250,6 +250,67 @@ def _rows_times(v: Array, R: Array) -> Array:
     )
 
 
+def _pair_sums(p, radii, x, mask, block: int, with_d: bool):
+    """Sums over points of ``P = R - d`` for ``0 < d <= R`` (``d = |x - p|``), and of
+    ``P (x - p)`` if ``with_d``.
+
+    Args:
+      p: probe positions, three ``[N]`` planes (world, m).
+      radii: ``[B, N]`` sensing radii (m), one row per radius branch.
+      x: point positions, three ``[K]`` planes (world, m).
+      mask: ``[K]`` bool, points that count.
+      block: points per loop iteration (static); the iteration is unrolled.
+      with_d: also return ``D``.
+
+    Returns:
+      ``S [B, N]`` and ``D``, a tuple of three ``[B, N]`` planes (or None).
+
+    A ``lax.scan`` over blocks of points, unrolled inside, on ``[B, N]`` accumulators: XLA's
+    CPU backend fuses each block into one loop over the probes, where a per-block product
+    ``P @ features`` (the earlier form) was a batched library GEMM of tiny matrices. XLA
+    evaluates every output of a fusion separately, so the four sums travel as two complex
+    accumulators ``S + i D_z`` and ``D_x + i D_y``: the pair arithmetic is done twice per
+    point, not four times.
+    """
+    px, py, pz = p
+    K = x[0].shape[0]
+    n_blocks = -(-K // max(1, block))
+    C = -(-K // n_blocks)  # blocks of equal size <= block, the least padding
+    pad = n_blocks * C - K
+    if pad:
+        x = tuple(jnp.concatenate([q, jnp.full((pad,), 1e6, q.dtype)]) for q in x)
+        mask = jnp.concatenate([mask, jnp.zeros((pad,), bool)])
+    xs = tuple(q.reshape(n_blocks, C) for q in x) + (mask.reshape(n_blocks, C),)
+    dtype = radii.dtype
+    eps = _eps(dtype)
+    r2 = radii * radii
+
+    def body(acc, blk):
+        cx, cy, cz, cm = blk
+        for k in range(C):
+            dx, dy, dz = cx[k] - px, cy[k] - py, cz[k] - pz  # [N]
+            d2 = dx * dx + dy * dy + dz * dz
+            pos = d2 > 0
+            dist = jnp.where(pos, jnp.sqrt(jnp.where(pos, d2, 1.0)), 0.0)
+            hit = (d2[None] <= r2) & (dist[None] > eps) & cm[k]  # [B, N]
+            P = jnp.where(hit, radii - dist[None], 0.0)
+            if with_d:
+                acc = (
+                    acc[0] + jax.lax.complex(P, P * dz[None]),
+                    acc[1] + jax.lax.complex(P * dx[None], P * dy[None]),
+                )
+            else:
+                acc = (acc[0] + P,)
+        return acc, None
+
+    if with_d:
+        z = jnp.zeros(radii.shape, jnp.result_type(dtype, jnp.complex64))
+        (a1, a2), _ = jax.lax.scan(body, (z, z), xs)
+        return a1.real, (a2.real, a2.imag, a1.imag)
+    (S,), _ = jax.lax.scan(body, (jnp.zeros(radii.shape, dtype),), xs)
+    return S, None
+
+
 @pytree_dataclass
 class ProximityTaxel:
     """Force and torque per probe from the tracked points inside its sensing sphere.
@@ -266,8 +327,10 @@ class ProximityTaxel:
 
     Outputs are rotated into the link frame: ``TaxelReading`` of ``[*layout, 3]`` arrays. The
     measured branch uses the noised radius and multiplies ``S`` and ``V`` by ``probe_gain``.
-    Points are processed in chunks of ``point_chunk`` (static), bounding memory at
-    ``N * point_chunk`` pairs per environment.
+    The loop over points takes ``point_chunk`` points per iteration (static, unrolled,
+    default 8): the forward pass holds ``O(N)`` accumulators per environment whatever the
+    number of points, the reverse pass stores ``O(N)`` per point. Larger blocks compile
+    longer and, past ~16, ran slower (``benchmarks/RESULTS.md``).
 
     ``max_candidates`` (static int, default None = every tracked point against every probe)
     turns on a spatial pre-selection, the capacity-and-overflow pattern of JAX-MD's neighbour
@@ -295,7 +358,7 @@ class ProximityTaxel:
     probe_gain: Array = 1.0
     probe_gain_resample_range: tuple | None = static_field(None)
     imperfections: Imperfections | None = None
-    point_chunk: int = static_field(256)
+    point_chunk: int = static_field(8)
     max_candidates: int | None = static_field(None)
     smoothing: float = static_field(0.0)
     layout: tuple = static_field(())
@@ -345,14 +408,14 @@ class ProximityTaxel:
         return _init_pc_state(self, key, 6, 0)
 
     def _candidates(self, inputs: SensorInputs, radii: Array, dtype):
-        """World positions, velocities, angular velocities (each a tuple of three ``[K]``
-        planes) and mask ``[K]`` of the first ``K = max_candidates`` tracked points inside the
-        probes' bounding box, and whether more than ``K`` were inside (``[]`` bool).
+        """Body-frame positions (a tuple of three ``[K]`` planes) and segment index ``[K]`` of
+        the first ``K = max_candidates`` tracked points inside the probes' bounding box, their
+        mask ``[K]``, and whether more than ``K`` were inside (``[]`` bool).
 
         The box is the axis-aligned box of the (traced) probe positions in the link frame,
         grown by the largest sensing radius: a point outside it is farther than its radius from
-        every probe and contributes nothing. Only the selected points are moved to the world
-        frame; the selection itself carries no gradient (it is piecewise constant).
+        every probe and contributes nothing. The selection carries no gradient (it is
+        piecewise constant); the selected points are moved to the world frame by the caller.
         """
         K = int(self.max_candidates)
         track = self.track_points
@@ -365,8 +428,8 @@ class ProximityTaxel:
         local, start = [[], [], []], 0
         for b, c in track.segments:
             T_lb = sg(_pose.relative(T, bodies.poses[b].astype(dtype)))
-            R_lb = _pose.quat_to_matrix(T_lb[3:])
-            seg = affine_planes(R_lb, T_lb[:3], *(q[start : start + c] for q in planes))
+            R_lb, t_lb = _pose.quat_to_matrix(T_lb[3:]), T_lb[:3]
+            seg = affine_planes(R_lb, t_lb, *(q[start : start + c] for q in planes))
             for i in range(3):  # link frame
                 local[i].append(seg[i])
             start += c
@@ -390,28 +453,58 @@ class ProximityTaxel:
         )
         idx = jnp.minimum(idx, track.n_points - 1)
         valid = jnp.arange(K) < count
-        pb = [q[idx] for q in planes]  # [K] each, body frames
-        segs = track.segments
-        if len(segs) == 1:
-            which = [None]
+        pb = tuple(q[idx] for q in planes)  # [K] each, body frames
+        seg_id = None
+        if len(track.segments) > 1:
+            seg_of = np.repeat(np.arange(len(track.segments)), [c for _, c in track.segments])
+            seg_id = jnp.asarray(seg_of.astype(np.int32))[idx]
+        return pb, seg_id, valid, count > K
+
+    def _groups(self, inputs: SensorInputs, radii: Array, dtype):
+        """Per segment of tracked points: ``(body index, world positions (three planes),
+        mask)``, and the overflow flag. Exhaustive: each segment's own points. With
+        ``max_candidates``: the selected candidates, each segment masking the others'."""
+        bodies = inputs.bodies
+        segs = self.track_points.segments
+        for b, _ in segs:
+            if b >= bodies.num_bodies:
+                raise ValueError(
+                    f"TrackedPoints.segments: body {b} but inputs.bodies has "
+                    f"{bodies.num_bodies} bodies"
+                )
+        body_mask = jnp.asarray(inputs.body_mask)
+        groups, overflow = [], jnp.zeros((), bool)
+        use_cand = self.max_candidates is not None
+        if use_cand and self.max_candidates < self.track_points.n_points:
+            pb, seg_id, valid, overflow = self._candidates(inputs, radii, dtype)
+            for j, (b, _) in enumerate(segs):
+                m = valid & body_mask[b]
+                if seg_id is not None:
+                    m = m & (seg_id == j)
+                groups.append((b, pb, m))
         else:
-            bid = jnp.asarray(track.body_array())[idx]
-            which = [bid == b for b, _ in segs]
-        out = None
-        for (b, _), w in zip(segs, which, strict=True):
-            mot = _motion_planes(bodies.poses[b].astype(dtype), bodies.twists[b].astype(dtype), *pb)
-            if w is None:
-                out = mot
-            else:
-                out = mot if out is None else jax.tree.map(
-                    lambda new, old, w=w: jnp.where(w, new, old), mot, out
-                )  # fmt: skip
-        pos, vel, ang = out
-        return pos, vel, ang, valid, count > K
+            pts, start = self.track_points.points.astype(dtype), 0
+            for b, c in segs:
+                if c:
+                    seg = tuple(pts[start : start + c, i] for i in range(3))
+                    groups.append((b, seg, jnp.broadcast_to(body_mask[b], (c,))))
+                start += c
+        out = []
+        for b, pb, m in groups:
+            T_b = bodies.poses[b].astype(dtype)
+            world = affine_planes(_pose.quat_to_matrix(T_b[3:]), T_b[:3], *pb)
+            out.append((b, world, m))
+        return out, overflow
 
     def _accumulate(self, inputs: SensorInputs, radii: Array):
         """``S [B, N]``, ``V [B, N, 3]``, ``W [B, N]`` for each radius branch ``radii [B, N]``,
-        and whether the candidate capacity overflowed (``[]`` bool)."""
+        and whether the candidate capacity overflowed (``[]`` bool).
+
+        A tracked body moves rigidly, so its points' velocities are affine in their positions:
+        per body ``b`` (origin ``x_b``, twist ``(v_b, w_b)``), ``sum P v = v_b S_b + w_b x
+        (D_b + (p - x_b) S_b)`` and ``sum P w = w_b S_b`` with ``S_b = sum P`` and ``D_b =
+        sum P (x - p)`` over its points. So the pair loop only sums ``P`` and ``P (x - p)``
+        (:func:`_pair_sums`); with ``shear_coupling == 0`` only ``P``."""
         T = inputs.T_world_link
         dtype = T.dtype
         R = _pose.quat_to_matrix(T[3:])
@@ -420,49 +513,25 @@ class ProximityTaxel:
         a = a / (safe_norm(a, keepdims=True) + _eps(dtype))
         tl = inputs.twist_link.astype(dtype)
         v_tax = tl[None, :3] + cross(tl[None, 3:], p - T[None, :3])
-        overflow = jnp.zeros((), bool)
-        if self.max_candidates is not None and self.max_candidates < self.track_points.n_points:
-            pts, vel, ang, msk, overflow = self._candidates(inputs, radii, dtype)
-        else:
-            pts, vel, ang, msk = self.track_points.world_planes(inputs, dtype)
-        M = pts[0].shape[0]
-        n_chunks = -(-M // int(self.point_chunk))
-        C = -(-M // n_chunks)  # chunks of equal size <= point_chunk, the least padding
-        pad = (-M) % C
-        if pad:
-            far, zero = jnp.full((pad,), 1e6, dtype), jnp.zeros((pad,), dtype)
-            pts = tuple(jnp.concatenate([x, far]) for x in pts)
-            vel = tuple(jnp.concatenate([x, zero]) for x in vel)
-            ang = tuple(jnp.concatenate([x, zero]) for x in ang)
-            msk = jnp.concatenate([msk, jnp.zeros((pad,), bool)])
-        # Coordinates as separate [K, C] planes (structure of arrays): the pair arithmetic then
-        # runs on contiguous [N, C] blocks instead of trailing axes of size 3, which XLA's CPU
-        # backend vectorises poorly (3x slower, measured in benchmarks/RESULTS.md).
-        chunks = (tuple(x.reshape(-1, C) for x in pts), msk.reshape(-1, C))
-        B, N = radii.shape
-        eps = _eps(dtype)
-        r2 = (radii * radii)[:, :, None]  # [B, N, 1]
-        px, py, pz = p[:, 0, None], p[:, 1, None], p[:, 2, None]  # [N, 1]
-        # Every accumulator is linear in the per-point data, so one product per chunk gives
-        # them all: [S, sum P v_pt, sum P w_pt] = P @ [1, v_pt, w_pt]; the tangential
-        # projection and the relative terms are applied per probe afterwards.
-        feats = jnp.stack([jnp.ones((M + pad,), dtype), *vel, *ang], axis=-1).reshape(
-            -1, C, 7
-        )  # [K, C, 7]
-
-        def body(acc, ch):
-            cx, cy, cz, cm, cf = ch
-            dx, dy, dz = cx[None] - px, cy[None] - py, cz[None] - pz  # [N, C]
-            dist2 = dx * dx + dy * dy + dz * dz
-            pos = dist2 > 0
-            dist = jnp.where(pos, jnp.sqrt(jnp.where(pos, dist2, 1.0)), 0.0)
-            hit = (dist2[None] <= r2) & (dist[None] > eps) & cm[None, None]  # [B, N, C]
-            P = jnp.where(hit, radii[:, :, None] - dist[None], 0.0)
-            return acc + jnp.einsum("bnc,ck->bnk", P, cf), None
-
-        xs = (chunks[0][0], chunks[0][1], chunks[0][2], chunks[1], feats)
-        acc, _ = jax.lax.scan(body, jnp.zeros((B, N, 7), dtype), xs)
-        S, Pv, Pw = acc[..., 0], acc[..., 1:4], acc[..., 4:7]
+        groups, overflow = self._groups(inputs, radii, dtype)
+        pp = (p[:, 0], p[:, 1], p[:, 2])
+        S = jnp.zeros(radii.shape, dtype)
+        Pv = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
+        Pw = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
+        for b, world, m in groups:
+            Sb, D = _pair_sums(pp, radii, world, m, int(self.point_chunk), self.shear_on)
+            tw = inputs.bodies.twists[b].astype(dtype)
+            w = tw[3:]
+            S = S + Sb
+            for i in range(3):
+                Pw[i] = Pw[i] + w[i] * Sb
+            if D is not None:
+                x_b = inputs.bodies.poses[b, :3].astype(dtype)
+                r = [D[i] + (pp[i] - x_b[i])[None] * Sb for i in range(3)]  # sum P (x - x_b)
+                Pv[0] = Pv[0] + tw[0] * Sb + w[1] * r[2] - w[2] * r[1]
+                Pv[1] = Pv[1] + tw[1] * Sb + w[2] * r[0] - w[0] * r[2]
+                Pv[2] = Pv[2] + tw[2] * Sb + w[0] * r[1] - w[1] * r[0]
+        Pv, Pw = jnp.stack(Pv, -1), jnp.stack(Pw, -1)
         # V = sum P (v_pt - v_tax)_t ; W = sum P (w_pt - w_link) . a
         Vr = Pv - S[..., None] * v_tax[None]
         V = Vr - a[None] * dot(Vr, a[None], keepdims=True)
@@ -514,6 +583,12 @@ class ProximityTaxel:
         m, g, over = self._forces(state, inputs, k_r)
         state = replace(state, candidate_overflow=state.candidate_overflow | over)
         imp = self.imperfections
+        gshp = self.layout + (3,)
+        if imp.is_identity:  # no chain: no [N, 6] round trip (a copy of both readings)
+            return state, Reading(
+                TaxelReading(m.force.reshape(gshp), m.torque.reshape(gshp)),
+                TaxelReading(g.force.reshape(gshp), g.torque.reshape(gshp)),
+            )
         v = jnp.concatenate([m.force, m.torque], axis=-1)
         v = imp.apply_crosstalk(v, jnp.ones((v.shape[0],), bool))
         chain, v = imp.apply_hysteresis(state.chain, v, inputs.dt)
@@ -522,7 +597,6 @@ class ProximityTaxel:
         state = replace(state, chain=chain)
         H = imp.history_length
         shp = ((H,) if H else ()) + self.layout + (3,)
-        gshp = self.layout + (3,)
         return state, Reading(
             TaxelReading(v[..., :3].reshape(shp), v[..., 3:].reshape(shp)),
             TaxelReading(g.force.reshape(gshp), g.torque.reshape(gshp)),
