@@ -5,13 +5,19 @@ round-robin (each round runs every configuration once; ratios are medians over r
 The chain: radius noise, per-reset gain, Gaussian crosstalk, Maxwell hysteresis, random
 walk, white noise, bias, quantisation, dead taxels, delay with jitter; run with the default
 Gaussian generator (threefry + Box-Muller) and with ``noise_generator="hash"``, and once
-without per-step random draws. Two more cases time the chain's per-step Gaussian draws alone
-(random walk + white noise: ``[2, 121, 6]`` normals per environment, written out), with each
-generator: ``chain_over_bare`` cannot fall much below ``1 + draws_over_bare`` while every
+without per-step random draws. Three more cases, in the same rounds, time the chain's
+per-step Gaussian draws alone (random walk + white noise: ``[2, 121, 6]`` float32 normals per
+environment, 1.5 M in all, written out) from ``jax.random.normal`` and from the chain's two
+generators: ``chain_over_bare`` cannot fall much below ``1 + draws_over_bare`` while every
 channel draws its own exact normals each step.
 
-Usage: python benchmarks/bench_imperfections.py [--envs 1024]
-Last line: {"chain_over_bare": ..., "draws_over_bare": ..., ...}
+The same four sensors are then timed inside ``difftaxel.rollout.rollout_envs`` over
+``--steps`` (16) steps, per step (``*_rollout``): how a simulation runs the chain, with the
+chain's state in the scan's carry instead of passed in and out of every call, and every
+step's readings written into ``[E, T, ...]`` outputs.
+
+Usage: python benchmarks/bench_imperfections.py [--envs 1024] [--steps 16]
+Last line: {"chain_over_bare": ..., "chain_over_bare_rollout": ..., ...}
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from _common import emit, kinematic_scene, time_interleaved  # noqa: E402
 
 import difftaxel as dt  # noqa: E402
 from difftaxel.imperfections import hash_normal, standard_normal  # noqa: E402
+from difftaxel.rollout import rollout_envs  # noqa: E402
 from difftaxel.sensors.base import split3  # noqa: E402
 
 
@@ -36,6 +43,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--envs", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--steps", type=int, default=16)
     a = ap.parse_args()
     chain = dict(
         hysteresis_strength=0.5,
@@ -92,40 +100,72 @@ def main():
 
         return draws
 
-    cases = {}
-    for name, s in (
-        ("bare", bare),
-        ("full", full),
-        ("full_hash", full_hash),
-        ("no_random", deterministic),
-    ):
+    T = a.steps
+    # the rollout: the object slides 4 mm over the T steps from each environment's pose
+    slide = jnp.asarray(np.linspace(0.0, 0.004, T), jnp.float32)
+    poses_seq = jnp.repeat(poses[:, None], T, axis=1).at[:, :, 0].add(slide[None])
+
+    def make_rollout(sensor):
+        def roll(states, poses_seq, keys):
+            def inputs_at(pose):
+                return inp.replace(bodies=inp.bodies.with_state(pose[None]))
+
+            seq = jax.vmap(jax.vmap(inputs_at))(poses_seq)
+            return rollout_envs(sensor, states, seq, keys)
+
+        return roll
+
+    sensors = {"bare": bare, "full": full, "full_hash": full_hash, "no_random": deterministic}
+    steps, rolls = {}, {}
+    for name, s in sensors.items():
         states = jax.vmap(s.init_state)(keys)
-        cases[name] = (make_step(s), (states, poses, keys))
-    cases["draws"] = (make_draws(standard_normal), (keys,))
-    cases["draws_hash"] = (make_draws(hash_normal), (keys,))
+        steps[name] = (make_step(s), (states, poses, keys))
+        rolls[name] = (make_rollout(s), (states, poses_seq, keys))
+    draws = {
+        "jax_random_normal": (make_draws(jax.random.normal), (keys,)),
+        "standard_normal": (make_draws(standard_normal), (keys,)),
+        "hash_normal": (make_draws(hash_normal), (keys,)),
+    }
     # round-robin timing: every round runs each case once, ratios are medians over rounds
-    comp, times, ratios = time_interleaved(cases, rounds=a.repeats)
-    for name in cases:
+    comp, times, ratios = time_interleaved({**steps, **draws}, rounds=a.repeats)
+    comp_r, times_r, ratios_r = time_interleaved(rolls, rounds=a.repeats)
+    print(f"one jitted step, {E} environments:")
+    for name in steps:
         print(
-            f"{name:10s} {E * 121 / times[name]:.3e} taxel-steps/s  compile {comp[name]:.2f} s"
-            f"  / bare {ratios[name]:.2f}"
+            f"  {name:10s} {E * 121 / times[name]:.3e} taxel-steps/s  compile "
+            f"{comp[name]:.2f} s  / bare {ratios[name]:.2f}"
         )
-    ratio, ratio_h, ratio_nr = ratios["full"], ratios["full_hash"], ratios["no_random"]
+    print(f"rollout_envs over {T} steps, per step:")
+    for name in rolls:
+        print(
+            f"  {name:10s} {E * 121 * T / times_r[name]:.3e} taxel-steps/s  compile "
+            f"{comp_r[name]:.2f} s  / bare {ratios_r[name]:.2f}"
+        )
+    print("the chain's per-step draws alone ([2, 121, 6] float32 normals per environment):")
+    for name in draws:
+        print(f"  {name:18s} {times[name] * 1e3:.3f} ms  / bare step {ratios[name]:.2f}")
     print(
-        f"chain / bare = {ratio:.2f}; with noise_generator='hash' = {ratio_h:.2f}; "
-        f"without per-step random draws = {ratio_nr:.2f}; the draws alone / bare = "
-        f"{ratios['draws']:.2f} (hash {ratios['draws_hash']:.2f})"
+        f"chain / bare = {ratios['full']:.2f} per step ({ratios_r['full']:.2f} in a rollout); "
+        f"with noise_generator='hash' = {ratios['full_hash']:.2f} "
+        f"({ratios_r['full_hash']:.2f}); without per-step random draws = "
+        f"{ratios['no_random']:.2f} ({ratios_r['no_random']:.2f})"
     )
     emit(
         {
-            "chain_over_bare": ratio,
-            "chain_hash_generator_over_bare": ratio_h,
-            "chain_without_random_draws_over_bare": ratio_nr,
-            "draws_over_bare": ratios["draws"],
-            "draws_hash_over_bare": ratios["draws_hash"],
+            "chain_over_bare": ratios["full"],
+            "chain_hash_generator_over_bare": ratios["full_hash"],
+            "chain_without_random_draws_over_bare": ratios["no_random"],
+            "chain_over_bare_rollout": ratios_r["full"],
+            "chain_hash_generator_over_bare_rollout": ratios_r["full_hash"],
+            "chain_without_random_draws_over_bare_rollout": ratios_r["no_random"],
+            "draws_over_bare": ratios["standard_normal"],
+            "draws_hash_over_bare": ratios["hash_normal"],
+            "draws_jax_random_normal_over_bare": ratios["jax_random_normal"],
             "envs": E,
+            "rollout_steps": T,
             "bare_taxel_steps_per_s": E * 121 / times["bare"],
             "full_taxel_steps_per_s": E * 121 / times["full"],
+            "bare_rollout_taxel_steps_per_s": E * 121 * T / times_r["bare"],
         }
     )
 

@@ -18,8 +18,9 @@ Order (GENESIS_MODELS.md section 9.1), each stage pure with explicit state:
    (index 0 newest; history reads bypass the delay, as Genesis).
 
 Values travel as ``[N, C]`` arrays: N probes, C channels per probe (1 for depths, 6 for a
-taxel's force then torque). ``noise``, ``bias``, ``resolution`` and ``random_walk`` may be
-scalars or arrays broadcastable to ``[N, C]``.
+taxel's force then torque), or channels first as ``[C, N]`` (KinematicTaxel: every stage is
+then elementwise on contiguous probe rows). ``noise``, ``bias``, ``resolution`` and
+``random_walk`` may be scalars or arrays broadcastable to ``[N, C]`` in either layout.
 
 Every random draw comes from an explicit key: ``init`` draws dead taxels (per reset) and
 ``step`` draws noise, random-walk increments and jitter. The ground-truth branch never sees
@@ -108,17 +109,20 @@ def crosstalk_matrix(kernel: Array, ny: int, nx: int) -> Array:
 
 
 def standard_normal(key, shape: tuple, dtype) -> Array:
-    """Standard normal draws by the Box-Muller transform of uniform draws.
+    """Standard normal draws from ``jax.random`` bits (threefry) by the Box-Muller transform.
 
-    Exactly Gaussian (up to floating point), ~2-3x cheaper than ``jax.random.normal`` on the CPU
-    (which inverts the error function per draw): each pair of uniforms gives two normals.
+    Each pair of normals takes two uniforms (four 32-bit words in float64): see
+    :func:`_box_muller`. Exactly Gaussian up to the uniforms' resolution and floating point;
+    ~1.6x cheaper than ``jax.random.normal`` on the CPU (``benchmarks/RESULTS.md``), whose
+    inverse error function costs more than the bits. Not the ``jax.random.normal`` stream.
     """
     n = int(np.prod(shape))
+    dtype = jnp.dtype(dtype)
     h = (n + 1) // 2
-    u = jax.random.uniform(key, (2, h), dtype, minval=jnp.finfo(dtype).tiny, maxval=1.0)
-    r = jnp.sqrt(-2.0 * jnp.log(u[0]))
-    t = (2.0 * jnp.pi) * u[1]
-    return jnp.concatenate([r * jnp.cos(t), r * jnp.sin(t)])[:n].reshape(shape)
+    w = 4 if dtype.itemsize >= 8 else 2
+    b = jax.random.bits(key, (w, h), jnp.uint32)
+    z = _box_muller(b[0], b[1], *((b[2], b[3]) if w == 4 else (None, None)), dtype=dtype)
+    return jnp.concatenate(z)[:n].reshape(shape)
 
 
 def _lowbias32(h: Array) -> Array:
@@ -133,85 +137,84 @@ def _lowbias32(h: Array) -> Array:
 def hash_normal(key, shape: tuple, dtype) -> Array:
     """Standard normal draws from a counter-based hash seeded by ``key`` (the fast generator).
 
-    The key gives two 32-bit seeds (one small threefry call); draw ``i`` hashes the counter,
+    The key gives two 32-bit seeds (one small threefry call); word ``i`` hashes the counter,
     ``lowbias32(lowbias32(i ^ s0) + s1)`` (a bijection of the counter for fixed seeds, so no
-    two draws of one call share their bits), makes an exact point ``x`` of a symmetric grid
-    in ``(-1, 1)`` from the top 24 bits (float32) or from two words (53 bits, float64) and
-    maps it through the inverse normal CDF ``sqrt(2) erfinv(x)``. The same key gives the
-    same draws; split keys give independent seeds. Not a cryptographic generator, and its streams are not those of
-    ``jax.random``; measured ~7x cheaper than threefry bits + Box-Muller on this project's CPU
-    (``benchmarks/RESULTS.md``). Tails are bounded at ``|z| <= 5.42`` (float32) / ``8.29``
-    (float64) by the uniform's resolution.
+    two words of one call share their bits; float64 takes a second word
+    ``lowbias32(b ^ s0 ^ 0x9E3779B9)`` per draw), and pairs of words become pairs of normals
+    by :func:`_box_muller`. The same key gives the same draws; split keys give independent
+    seeds. Not a cryptographic generator, and its streams are not those of ``jax.random``;
+    measured ~4.6x cheaper than :func:`standard_normal` (threefry bits) on this project's CPU
+    (``benchmarks/RESULTS.md``). Tails are bounded at ``|z| <= 5.77`` (float32) / ``8.57``
+    (float64) by the uniforms' resolution.
     """
     n = int(np.prod(shape))
     dtype = jnp.dtype(dtype)
+    h = (n + 1) // 2
     seed = jax.random.bits(key, (2,), jnp.uint32)
-    i = jnp.arange(n, dtype=jnp.uint32)
+    i = jnp.arange(2 * h, dtype=jnp.uint32)
     b = _lowbias32(_lowbias32(i ^ seed[0]) + seed[1])
-    b2 = _lowbias32(b ^ seed[0] ^ jnp.uint32(0x9E3779B9)) if dtype.itemsize >= 8 else None
-    return _bits_to_normal(b, b2, dtype).reshape(shape)
+    b2 = (None, None)
+    if dtype.itemsize >= 8:
+        c = _lowbias32(b ^ seed[0] ^ jnp.uint32(0x9E3779B9))
+        b2 = (c[:h], c[h:])
+    z = _box_muller(b[:h], b[h:], *b2, dtype=dtype)
+    return jnp.concatenate(z)[:n].reshape(shape)
 
 
-def _bits_to_normal(b: Array, b2: Array | None, dtype) -> Array:
-    """``sqrt(2) erfinv(x)`` of the symmetric grid ``x = (2k + 1) 2^-m - 1`` in ``(-1, 1)``,
-    ``k`` the top ``m - 1`` bits: ``m = 24`` from ``b`` (float32), ``m = 53`` from ``b`` and
-    ``b2`` (float64). Every ``x`` is exact (``k 2^-(m-1)`` plus the exact ``2^-m - 1``), so
-    the largest ``k`` maps to ``1 - 2^-m``, never to 1 (``u = (k + 0.5) 2^-(m-1)`` rounded to
-    1 there and drew an infinity once in 2^24 float32 draws)."""
+def _taylor(coefs: tuple, x2: Array) -> Array:
+    p = jnp.full_like(x2, coefs[-1])
+    for c in coefs[-2::-1]:
+        p = c + p * x2
+    return p
+
+
+_SIN = tuple((-1) ** k / math.factorial(2 * k + 1) for k in range(9))  # x^1 .. x^17
+_COS = tuple((-1) ** k / math.factorial(2 * k) for k in range(10))  # x^0 .. x^18
+
+
+def _box_muller(b_r: Array, b_a: Array, b_r2=None, b_a2=None, *, dtype) -> tuple[Array, Array]:
+    """Two independent standard normals ``(r cos t, r sin t)`` per pair of uint32 words.
+
+    Radius ``r = sqrt(-2 log u)`` with ``u = (k + 1) 2^-m`` in ``(0, 1]``, ``k`` the top 24
+    bits of ``b_r`` (float32, ``m = 24``) or 53 bits of ``b_r`` and ``b_r2`` (float64):
+    every ``u`` is exact, so ``0 <= r <= sqrt(2 m log 2)`` (5.77 / 8.57) and never infinite.
+    Angle ``t = q pi/2 + f pi/2``: the quadrant ``q`` is the top two bits of ``b_a`` and
+    ``f`` in ``(-1/2, 1/2)`` a grid point of the next 22 bits (float32) or of 51 bits of
+    ``b_a`` and ``b_a2`` (float64); ``cos`` and ``sin`` of ``f pi/2`` (``|.| <= pi/4``) are
+    Taylor polynomials (truncation below 3e-8 in float32, 1e-19 in float64) rotated by the
+    quadrant with selects. XLA's CPU ``cos`` and ``sin`` each do a full range reduction;
+    this is ~4x cheaper than them (``benchmarks/RESULTS.md``).
+    """
     dtype = jnp.dtype(dtype)
     if dtype.itemsize >= 8:
-        k = b.astype(dtype) * 2.0**21 + (b2 >> 11).astype(dtype)  # < 2^53, exact
-        x = k * 2.0**-52 + (2.0**-53 - 1.0)
+        k = b_r.astype(dtype) * 2.0**21 + (b_r2 >> 11).astype(dtype)  # < 2^53, exact
+        u = (k + 1.0) * 2.0**-53
+        ka = (b_a & 0x3FFFFFFF).astype(dtype) * 2.0**21 + (b_a2 >> 11).astype(dtype)
+        f = ka * 2.0**-51 + (2.0**-52 - 0.5)
+        ns, nc = 9, 10
     else:
-        x = (b >> 8).astype(dtype) * 2.0**-23 + (2.0**-24 - 1.0)
-        return _erfinv_f32(x) * jnp.float32(np.sqrt(2.0))
-    return jnp.sqrt(jnp.asarray(2.0, dtype)) * jax.lax.erf_inv(x)
-
-
-# Giles (2010), "Approximating the erfinv function", single precision, both regions
-_ERFINV_CENTRAL = (
-    2.81022636e-08,
-    3.43273939e-07,
-    -3.5233877e-06,
-    -4.39150654e-06,
-    0.00021858087,
-    -0.00125372503,
-    -0.00417768164,
-    0.246640727,
-    1.50140941,
-)
-_ERFINV_TAIL = (
-    -0.000200214257,
-    0.000100950558,
-    0.00134934322,
-    -0.00367342844,
-    0.00573950773,
-    -0.0076224613,
-    0.00943887047,
-    1.00167406,
-    2.83297682,
-)
-
-
-def _erfinv_f32(x: Array) -> Array:
-    """erfinv on float32 ``x`` in ``(-1, 1)`` (Giles's single-precision polynomials) with
-    ``w = -log((1 - |x|)(1 + |x|))``: ``1 - |x|`` is exact on the draw grid, and a plain log
-    vectorises on XLA's CPU backend where ``log1p`` (inside ``lax.erf_inv``) did not."""
-    a = jnp.abs(x)
-    w = -jnp.log((1.0 - a) * (1.0 + a))
-    w1 = w - 2.5
-    w2 = jnp.sqrt(w) - 3.0
-    p1 = jnp.full_like(x, _ERFINV_CENTRAL[0])
-    p2 = jnp.full_like(x, _ERFINV_TAIL[0])
-    for c1, c2 in zip(_ERFINV_CENTRAL[1:], _ERFINV_TAIL[1:], strict=True):
-        p1 = c1 + p1 * w1
-        p2 = c2 + p2 * w2
-    return jnp.where(w < 5.0, p1, p2) * x
+        u = ((b_r >> 8).astype(dtype) + 1.0) * 2.0**-24
+        f = ((b_a >> 8) & 0x3FFFFF).astype(dtype) * 2.0**-22 + (2.0**-23 - 0.5)
+        ns, nc = 5, 5
+    r = jnp.sqrt(-2.0 * jnp.log(u))
+    phi = f * (np.pi / 2)
+    p2 = phi * phi
+    s = _taylor(_SIN[:ns], p2) * phi
+    c = _taylor(_COS[:nc], p2)
+    q = b_a >> 30
+    odd = (q & 1) == 1  # quadrants 1, 3 swap cos and sin
+    c1, s1 = jnp.where(odd, s, c), jnp.where(odd, c, s)
+    x = jnp.where((q == 1) | (q == 2), -c1, c1)
+    y = jnp.where(q >= 2, -s1, s1)
+    return r * x, r * y
 
 
 @pytree_dataclass
 class ChainState:
     """State of the imperfection chain for one environment.
+
+    Per-channel arrays are ``[N, C]``, or ``[C, N]`` for a sensor that runs the chain
+    channels first (``KinematicTaxel``; ``Imperfections.init(..., channels_first=True)``).
 
     Attributes:
       hyst_xi: ``[N, C]`` Maxwell element state.
@@ -488,10 +491,17 @@ class Imperfections:
             return 0
         return int(np.round(self.delay / self.dt))
 
-    def init(self, key, n_probes: int, n_channels: int, dtype=None) -> ChainState:
-        """Zeroed hysteresis, walk and ring; dead taxels drawn from ``key`` (a reset)."""
+    def init(
+        self, key, n_probes: int, n_channels: int, dtype=None, channels_first: bool = False
+    ) -> ChainState:
+        """Zeroed hysteresis, walk and ring; dead taxels drawn from ``key`` (a reset).
+
+        ``channels_first`` (static) lays the per-channel state out ``[C, N]`` instead of
+        ``[N, C]``, for a sensor that runs the chain on ``[C, N]`` values (see
+        :meth:`apply_hardware`)."""
         dtype = dtype or jnp.result_type(float)
-        z = jnp.zeros((n_probes, n_channels), dtype)
+        shape = (n_channels, n_probes) if channels_first else (n_probes, n_channels)
+        z = jnp.zeros(shape, dtype)
         p = self.dead_taxel_probability
         if key is None:
             if not isinstance(p, jax.core.Tracer) and float(p) > 0:
@@ -503,7 +513,7 @@ class Imperfections:
             dead = jax.random.uniform(k1, (n_probes,), dtype) < p
             lo, hi = self.dead_taxel_value_range[0], self.dead_taxel_value_range[1]
             val = jax.random.uniform(k2, (n_probes,), dtype, 0.0, 1.0) * (hi - lo) + lo
-        ring = tuple(jnp.zeros((n_probes, n_channels), dtype) for _ in range(self.ring_depth))
+        ring = tuple(jnp.zeros(shape, dtype) for _ in range(self.ring_depth))
         return ChainState(hyst_xi=z, hyst_prev=z, walk=z, dead=dead, dead_value=val, ring=ring)
 
     # ------------------------------------------------------------------ stages
@@ -598,11 +608,24 @@ class Imperfections:
         xi = a * state.hyst_xi + (value - state.hyst_prev)
         return replace(state, hyst_xi=xi, hyst_prev=value), value + s * xi
 
-    def apply_hardware(self, state: ChainState, value: Array, key) -> tuple[ChainState, Array]:
-        """Random walk, white noise, bias, quantisation, dead taxels (in that order)."""
+    def apply_hardware(
+        self, state: ChainState, value: Array, key, channels_first: bool = False
+    ) -> tuple[ChainState, Array]:
+        """Random walk, white noise, bias, quantisation, dead taxels (in that order).
+
+        ``value`` is ``[N, C]``, or ``[C, N]`` with ``channels_first`` (static; the state
+        must then come from ``init(..., channels_first=True)``). Per-probe, per-channel
+        options are given ``[N, C]``-broadcastable either way."""
         dtype = value.dtype
-        rw = jnp.broadcast_to(self.random_walk.astype(dtype), value.shape)
-        nz = jnp.broadcast_to(self.noise.astype(dtype), value.shape)
+
+        def per(x):  # an option broadcast to the layout of ``value``
+            x = jnp.asarray(x).astype(dtype)
+            if channels_first and x.ndim:
+                x = jnp.broadcast_to(x, value.shape[::-1]).T
+            return jnp.broadcast_to(x, value.shape)
+
+        rw = per(self.random_walk)
+        nz = per(self.noise)
         use_rw = "random_walk" in self.active_stages
         use_n = "noise" in self.active_stages
         z = None
@@ -618,21 +641,24 @@ class Imperfections:
         if use_n and z is not None:
             value = value + nz * z[-1]
         if "bias" in self.active_stages:
-            value = value + jnp.broadcast_to(self.bias.astype(dtype), value.shape)
+            value = value + per(self.bias)
         if "resolution" in self.active_stages:
-            res = jnp.broadcast_to(self.resolution.astype(dtype), value.shape)
+            res = per(self.resolution)
             on = res > _eps(dtype)
             q = jnp.round(value / jnp.where(on, res, 1.0)) * res
             if self.straight_through:
                 q = value + jax.lax.stop_gradient(q - value)
             value = jnp.where(on, q, value)
         if "dead" in self.active_stages:
-            value = jnp.where(state.dead[:, None], state.dead_value[:, None].astype(dtype), value)
+            ax = 0 if channels_first else 1
+            dead = jnp.expand_dims(state.dead, ax)
+            value = jnp.where(dead, jnp.expand_dims(state.dead_value, ax).astype(dtype), value)
         return replace(state, walk=walk), value
 
     def apply_delay(self, state: ChainState, value: Array, key):
         """Push ``value [N, C]`` into the ring and read: history ``[H, N, C]`` (newest first,
-        undelayed) if ``history_length > 0``, else the delayed (and jittered) reading."""
+        undelayed) if ``history_length > 0``, else the delayed (and jittered) reading. A
+        chain run channels-first passes ``[C, N]`` (and gets ``[H, C, N]``)."""
         if self.ring_depth == 0:
             return state, value
         state_ring_old = state.ring

@@ -148,14 +148,16 @@ def test_quantisation_bias_noise_walk():
     assert abs(float(y.std()) - 0.1 * 2.0) < 0.01
 
 
+@pytest.mark.parametrize("generator", ["hash_normal", "standard_normal"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
-def test_hash_normal_moments_determinism_and_tails(dtype):
+def test_normal_generators_moments_determinism_and_tails(dtype, generator):
     from statistics import NormalDist
 
-    from difftaxel.imperfections import hash_normal
+    from difftaxel import imperfections
 
+    draw = getattr(imperfections, generator)
     n = 200_000
-    z = np.asarray(hash_normal(jax.random.key(3), (n,), dtype), np.float64)
+    z = np.asarray(draw(jax.random.key(3), (n,), dtype), np.float64)
     assert z.dtype == np.float64 and np.all(np.isfinite(z))
     se = 1.0 / np.sqrt(n)
     assert abs(z.mean()) < 5 * se and abs(z.std() - 1.0) < 5 * se * 0.71
@@ -166,53 +168,111 @@ def test_hash_normal_moments_determinism_and_tails(dtype):
     cdf = np.array([NormalDist().cdf(v) for v in zs[:: n // 400]])
     emp = (np.arange(0, n, n // 400) + 0.5) / n
     assert np.max(np.abs(cdf - emp)) < 1.63 / np.sqrt(n)
-    # tails bounded by the uniform's resolution, as documented
-    bound = -NormalDist().inv_cdf(2.0**-25 if dtype == jnp.float32 else 2.0**-54)
-    assert np.max(np.abs(z)) <= bound + 1e-6
-    # same key, same draws; another key, uncorrelated draws; lag-1 uncorrelated
-    np.testing.assert_array_equal(np.asarray(hash_normal(jax.random.key(3), (n,), dtype)), z)
-    z2 = np.asarray(hash_normal(jax.random.key(4), (n,), dtype), np.float64)
+    # tails bounded by the uniform's resolution, as documented: r <= sqrt(2 m log 2)
+    m = 24 if dtype == jnp.float32 else 53
+    assert np.max(np.abs(z)) <= np.sqrt(2 * m * np.log(2)) + 1e-6
+    # same key, same draws; another key, uncorrelated draws; lag-1 and pair-mates uncorrelated
+    np.testing.assert_array_equal(np.asarray(draw(jax.random.key(3), (n,), dtype)), z)
+    z2 = np.asarray(draw(jax.random.key(4), (n,), dtype), np.float64)
     assert abs(np.corrcoef(z, z2)[0, 1]) < 5 * se
     assert abs(np.corrcoef(z[:-1], z[1:])[0, 1]) < 5 * se
+    assert abs(np.corrcoef(z[: n // 2], z[n // 2 :])[0, 1]) < 5 * se * 1.42  # cos / sin mates
+    # the pair mates are independent, not only uncorrelated: |x| and |y| too
+    a, b = np.abs(z[: n // 2]), np.abs(z[n // 2 :])
+    assert abs(np.corrcoef(a, b)[0, 1]) < 5 * se * 1.42
     # vmapped over split keys, each environment gets its own stream
-    zk = jax.vmap(lambda k: hash_normal(k, (1000,), dtype))(jax.random.split(jax.random.key(5), 8))
+    zk = jax.vmap(lambda k: draw(k, (1000,), dtype))(jax.random.split(jax.random.key(5), 8))
     c = np.corrcoef(np.asarray(zk, np.float64))
     assert np.max(np.abs(c - np.eye(8))) < 0.15
 
 
+def _box_muller_exact(br, ba, br2, ba2, f64):
+    """The documented transform in float64 numpy: radius uniform, quadrant, fraction."""
+    br, ba = br.astype(np.uint64), ba.astype(np.uint64)
+    if f64:
+        u = (br.astype(np.float64) * 2.0**21 + (br2.astype(np.uint64) >> 11) + 1.0) * 2.0**-53
+        ka = (ba & 0x3FFFFFFF).astype(np.float64) * 2.0**21 + (ba2.astype(np.uint64) >> 11)
+        f = ka * 2.0**-51 + (2.0**-52 - 0.5)
+    else:
+        u = ((br >> 8).astype(np.float64) + 1.0) * 2.0**-24
+        f = ((ba >> 8) & 0x3FFFFF).astype(np.float64) * 2.0**-22 + (2.0**-23 - 0.5)
+    t = (ba >> 30).astype(np.float64) * np.pi / 2 + f * np.pi / 2
+    r = np.sqrt(-2.0 * np.log(u))
+    return r * np.cos(t), r * np.sin(t)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
-def test_hash_normal_extreme_counters_are_finite_and_symmetric(dtype):
-    # the all-ones and all-zeros hash words are the grid's ends: finite, opposite, at the
-    # documented bound (a uniform (k + 0.5) 2^-24 rounded to 1 there and drew +inf)
-    from statistics import NormalDist
+def test_box_muller_against_float64_including_extreme_words(dtype):
+    # random words plus the extremes: radius word 0 (u = 2^-m, the largest radius) and all
+    # ones (u = 1, r = 0); angle words at every quadrant edge
+    from difftaxel.imperfections import _box_muller
 
-    from difftaxel.imperfections import _bits_to_normal
+    rng = np.random.default_rng(0)
+    w = lambda n: rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)  # noqa: E731
+    ends = np.array([0, 2**32 - 1, 2**30 - 1, 2**30, 2**31 - 1, 2**31, 3 * 2**30], np.uint32)
+    br = np.r_[w(20_000), np.repeat(np.array([0, 2**32 - 1], np.uint32), ends.size)]
+    ba = np.r_[w(20_000), ends, ends]
+    br2 = np.r_[w(20_000), np.repeat(np.array([0, 2**32 - 1], np.uint32), ends.size)]
+    ba2 = w(br.size)
+    f64 = dtype == jnp.float64
+    args = [jnp.asarray(v) for v in (br, ba)] + (
+        [jnp.asarray(br2), jnp.asarray(ba2)] if f64 else [None, None]
+    )
+    x, y = jax.jit(_box_muller, static_argnames="dtype")(*args, dtype=dtype)
+    ex, ey = _box_muller_exact(br, ba, br2, ba2, f64)
+    assert np.all(np.isfinite(x)) and np.all(np.isfinite(y))
+    tol = 1e-6 if not f64 else 1e-13  # float32: measured 4.6e-7 for |z| up to ~5
+    np.testing.assert_allclose(np.asarray(x, np.float64), ex, atol=tol)
+    np.testing.assert_allclose(np.asarray(y, np.float64), ey, atol=tol)
+    # the extreme radius words: the documented bound and exact zero
+    m = 53 if f64 else 24
+    r = np.hypot(np.asarray(x, np.float64), np.asarray(y, np.float64))
+    n_end = ends.size
+    np.testing.assert_allclose(r[-2 * n_end : -n_end], np.sqrt(2 * m * np.log(2)), rtol=1e-6)
+    assert np.all(r[-n_end:] == 0.0)
 
-    top, zero = np.uint32(2**32 - 1), np.uint32(0)
-    b = jnp.array([zero, top, np.uint32(2**31), np.uint32(2**31 - 1)], jnp.uint32)
-    b2 = jnp.array([zero, top, zero, top], jnp.uint32)
-    z = np.asarray(_bits_to_normal(b, b2, dtype), np.float64)
-    assert np.all(np.isfinite(z))
-    np.testing.assert_allclose(z[0], -z[1], rtol=1e-6)
-    np.testing.assert_allclose(z[2], -z[3], rtol=1e-6)
-    bound = -NormalDist().inv_cdf(2.0**-25 if dtype == jnp.float32 else 2.0**-54)
-    np.testing.assert_allclose(abs(z[1]), bound, rtol=1e-4)
-    assert 0 < z[2] < 1e-6
 
-
-def test_erfinv_f32_against_float64():
-    # the float32 inverse used by hash_normal, on its own draw grid including both ends,
-    # against float64 erfinv: <= 1e-6 relative (measured 2.6e-7; lax.erf_inv in float32
-    # measured 5.7e-6 on the same points)
-    from difftaxel.imperfections import _erfinv_f32
-
-    k = np.random.default_rng(0).integers(0, 2**24, 20_000)
-    k = np.r_[k, [0, 1, 2, 2**23 - 1, 2**23, 2**24 - 2, 2**24 - 1]]
-    x = (k * 2.0**-23 + (2.0**-24 - 1.0)).astype(np.float32)
-    got = np.asarray(jax.jit(_erfinv_f32)(jnp.asarray(x)), np.float64)
-    exact = np.asarray(jax.lax.erf_inv(jnp.asarray(x, jnp.float64)))
-    assert np.all(np.isfinite(got))
-    np.testing.assert_allclose(got, exact, rtol=1e-6)
+def test_channels_first_chain_matches_channels_last():
+    """The chain run on ``[C, N]`` values (KinematicTaxel's layout) equals the ``[N, C]`` one,
+    with per-probe, per-channel options given ``[N, C]`` either way; noise scales given per
+    channel land on their channel."""
+    N, C = 50, 6
+    rng = np.random.default_rng(0)
+    imp = Imperfections(
+        hysteresis_strength=0.4,
+        hysteresis_tau=0.02,
+        bias=rng.uniform(-0.1, 0.1, (N, C)),
+        resolution=rng.uniform(0.01, 0.02, (1, C)),
+        dead_taxel_probability=0.3,
+        dead_taxel_value_range=(0.5, 0.7),
+        delay=0.01,
+        dt=0.005,
+    )
+    key = jax.random.key(0)
+    st, st_cf = imp.init(key, N, C), imp.init(key, N, C, channels_first=True)
+    assert st_cf.hyst_xi.shape == (C, N) and st_cf.ring[0].shape == (C, N)
+    np.testing.assert_array_equal(st.dead, st_cf.dead)
+    assert 0 < int(st.dead.sum()) < N
+    for _ in range(4):
+        v = jnp.asarray(rng.normal(size=(N, C)))
+        st, y = imp.apply_hysteresis(st, v, 0.005)
+        st, y = imp.apply_hardware(st, y, None)
+        st, y = imp.apply_delay(st, y, None)
+        st_cf, y_cf = imp.apply_hysteresis(st_cf, v.T, 0.005)
+        st_cf, y_cf = imp.apply_hardware(st_cf, y_cf, None, channels_first=True)
+        st_cf, y_cf = imp.apply_delay(st_cf, y_cf, None)
+        np.testing.assert_allclose(y_cf.T, y, rtol=0, atol=1e-15)
+    assert np.any(np.asarray(y) != 0)
+    # per-channel noise scales, channels first
+    sig = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    noisy = Imperfections(noise=sig[None, :])
+    _, z = noisy.apply_hardware(
+        noisy.init(None, 4000, C, channels_first=True),
+        jnp.zeros((C, 4000)),
+        jax.random.key(1),
+        channels_first=True,
+    )
+    np.testing.assert_allclose(np.asarray(z).std(axis=1), sig, rtol=0.05)
 
 
 def test_hash_generator_in_the_chain():

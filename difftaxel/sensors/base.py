@@ -177,11 +177,12 @@ def split3(key):
     return k[0], k[1], k[2]
 
 
-def reset_gain_and_chain(sensor, key, n_channels):
+def reset_gain_and_chain(sensor, key, n_channels, channels_first: bool = False):
     """A reset's per-episode draws: ``(probe_gain [N], chain state)``.
 
     The gain is ``sensor.probe_gain`` or, with ``probe_gain_resample_range=(lo, hi)``, drawn
     ``U(lo, hi)`` per probe from ``key``; dead taxels are drawn by the imperfection chain.
+    ``channels_first``: the chain state is laid out ``[C, N]`` (taxel sensors).
     """
     g = sensor.probe_gain
     k_gain = k_chain = None
@@ -194,5 +195,5 @@ def reset_gain_and_chain(sensor, key, n_channels):
             )
         lo, hi = sensor.probe_gain_resample_range
         g = jax.random.uniform(k_gain, g.shape, g.dtype, lo, hi)
-    chain = sensor.imperfections.init(k_chain, g.shape[0], n_channels, g.dtype)
+    chain = sensor.imperfections.init(k_chain, g.shape[0], n_channels, g.dtype, channels_first)
     return g, chain

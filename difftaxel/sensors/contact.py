@@ -188,8 +188,8 @@ class ProbeState:
     chain: ChainState
 
 
-def _init_probe_state(sensor, key, n_channels) -> ProbeState:
-    g, chain = reset_gain_and_chain(sensor, key, n_channels)
+def _init_probe_state(sensor, key, n_channels, channels_first=False) -> ProbeState:
+    g, chain = reset_gain_and_chain(sensor, key, n_channels, channels_first)
     z = jnp.zeros_like(g)
     return ProbeState(probe_gain=g, latch_measured=z, latch_ground_truth=z, chain=chain)
 
@@ -482,8 +482,9 @@ class KinematicTaxel:
     n_probes = ContactDepthProbe.n_probes
 
     def init_state(self, key=None) -> ProbeState:
-        """Per-episode state (a reset); see :meth:`ContactDepthProbe.init_state`."""
-        return _init_probe_state(self, key, 6)
+        """Per-episode state (a reset); see :meth:`ContactDepthProbe.init_state`. The chain
+        state is laid out ``[6, N]`` (force then torque channels first)."""
+        return _init_probe_state(self, key, 6, channels_first=True)
 
     def _branch(self, q, v_rel, w_rel, p_link, radius, gain):
         """Force and torque planes ``(Fx, Fy, Fz), (Tx, Ty, Tz)`` each ``[N]`` (link frame)."""
@@ -562,11 +563,10 @@ class KinematicTaxel:
         F_m, T_m = self._branch(q, v_rel, w_rel, p_link, r_m, state.probe_gain)
         return F_m, T_m, F_g, T_g
 
-    def _forces6(self, state, inputs, key, channels_first=False):
-        """``(measured [N, 6], ground_truth [N, 6])``: force then torque, link frame
-        (measured ``[6, N]`` with ``channels_first``)."""
+    def _forces6(self, state, inputs, key):
+        """``(measured [N, 6], ground_truth [N, 6])``: force then torque, link frame."""
         F_m, T_m, F_g, T_g = self._planes(state, inputs, key)
-        return jnp.stack(F_m + T_m, axis=0 if channels_first else -1), jnp.stack(F_g + T_g, -1)
+        return jnp.stack(F_m + T_m, -1), jnp.stack(F_g + T_g, -1)
 
     def step(self, state: ProbeState, inputs: SensorInputs, key=None):
         """One reading: force (N) and torque (N*m), ``[*layout, 3]``, sensor link frame.
@@ -584,19 +584,20 @@ class KinematicTaxel:
             F_m, T_m, F_g, T_g = self._planes(state, inputs, k_r)
             out = [jnp.stack(x, -1).reshape(gshp) for x in (F_m, T_m, F_g, T_g)]
             return state, Reading(TaxelReading(*out[:2]), TaxelReading(*out[2:]))
-        if imp.has_crosstalk:
-            # channels first into the crosstalk GEMM: the force kernel fuses into its operand
-            # in natural order (see Imperfections.apply_crosstalk)
-            vcf, g = self._forces6(state, inputs, k_r, channels_first=True)
-            v = imp.apply_crosstalk(vcf, self.probe_radius > 0, channels_first=True).T
-        else:
-            v, g = self._forces6(state, inputs, k_r)  # [N, 6] each
+        # The chain runs channels first, on [6, N] (force then torque): every stage is then
+        # elementwise on contiguous probe rows, and the only interleave is the final [N, 3]
+        # readings, as without a chain ([N, 6] values cost a transpose in and out and ran
+        # the elementwise stages on a trailing axis of 6: benchmarks/RESULTS.md 2026-12-04).
+        F_m, T_m, F_g, T_g = self._planes(state, inputs, k_r)
+        v = jnp.stack(F_m + T_m, axis=0)
+        v = imp.apply_crosstalk(v, self.probe_radius > 0, channels_first=True)
         chain, v = imp.apply_hysteresis(state.chain, v, inputs.dt)
-        chain, v = imp.apply_hardware(chain, v, k_hw)
+        chain, v = imp.apply_hardware(chain, v, k_hw, channels_first=True)
         chain, v = imp.apply_delay(chain, v, k_d)
         state = replace(state, chain=chain)
         shp = _out_shape(self, (3,))
+        F, T = jnp.swapaxes(v[..., :3, :], -1, -2), jnp.swapaxes(v[..., 3:, :], -1, -2)
         return state, Reading(
-            TaxelReading(v[..., :3].reshape(shp), v[..., 3:].reshape(shp)),
-            TaxelReading(g[:, :3].reshape(gshp), g[:, 3:].reshape(gshp)),
+            TaxelReading(F.reshape(shp), T.reshape(shp)),
+            TaxelReading(jnp.stack(F_g, -1).reshape(gshp), jnp.stack(T_g, -1).reshape(gshp)),
         )
