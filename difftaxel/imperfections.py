@@ -113,8 +113,9 @@ def standard_normal(key, shape: tuple, dtype) -> Array:
 
     Each pair of normals takes two uniforms (four 32-bit words in float64): see
     :func:`_box_muller`. Exactly Gaussian up to the uniforms' resolution and floating point;
-    ~1.6x cheaper than ``jax.random.normal`` on the CPU (``benchmarks/RESULTS.md``), whose
-    inverse error function costs more than the bits. Not the ``jax.random.normal`` stream.
+    3x cheaper than ``jax.random.normal`` on this project's CPU (``benchmarks/RESULTS.md``),
+    whose inverse error function costs more than the bits. Not the ``jax.random.normal``
+    stream.
     """
     n = int(np.prod(shape))
     dtype = jnp.dtype(dtype)
@@ -143,7 +144,7 @@ def hash_normal(key, shape: tuple, dtype) -> Array:
     ``lowbias32(b ^ s0 ^ 0x9E3779B9)`` per draw), and pairs of words become pairs of normals
     by :func:`_box_muller`. The same key gives the same draws; split keys give independent
     seeds. Not a cryptographic generator, and its streams are not those of ``jax.random``;
-    measured ~4.6x cheaper than :func:`standard_normal` (threefry bits) on this project's CPU
+    measured 4x cheaper than :func:`standard_normal` (threefry bits) on this project's CPU
     (``benchmarks/RESULTS.md``). Tails are bounded at ``|z| <= 5.77`` (float32) / ``8.57``
     (float64) by the uniforms' resolution.
     """
@@ -182,8 +183,8 @@ def _box_muller(b_r: Array, b_a: Array, b_r2=None, b_a2=None, *, dtype) -> tuple
     ``f`` in ``(-1/2, 1/2)`` a grid point of the next 22 bits (float32) or of 51 bits of
     ``b_a`` and ``b_a2`` (float64); ``cos`` and ``sin`` of ``f pi/2`` (``|.| <= pi/4``) are
     Taylor polynomials (truncation below 3e-8 in float32, 1e-19 in float64) rotated by the
-    quadrant with selects. XLA's CPU ``cos`` and ``sin`` each do a full range reduction;
-    this is ~4x cheaper than them (``benchmarks/RESULTS.md``).
+    quadrant with selects. XLA's CPU ``cos`` and ``sin`` each do a full range reduction:
+    with them, a draw from the same hash bits cost 4.7x more (``benchmarks/RESULTS.md``).
     """
     dtype = jnp.dtype(dtype)
     if dtype.itemsize >= 8:
