@@ -14,7 +14,8 @@ channel draws its own exact normals each step.
 The same four sensors are then timed inside ``difftaxel.rollout.rollout_envs`` over
 ``--steps`` (16) steps, per step (``*_rollout``): how a simulation runs the chain, with the
 chain's state in the scan's carry instead of passed in and out of every call, and every
-step's readings written into ``[E, T, ...]`` outputs.
+step's readings written into ``[E, T, ...]`` outputs; the bare sensor also with
+``time_major=True`` (readings ``[T, E, ...]``, no final transpose).
 
 Usage: python benchmarks/bench_imperfections.py [--envs 1024] [--steps 16]
 Last line: {"chain_over_bare": ..., "chain_over_bare_rollout": ..., ...}
@@ -105,13 +106,15 @@ def main():
     slide = jnp.asarray(np.linspace(0.0, 0.004, T), jnp.float32)
     poses_seq = jnp.repeat(poses[:, None], T, axis=1).at[:, :, 0].add(slide[None])
 
-    def make_rollout(sensor):
+    def make_rollout(sensor, time_major=False):
         def roll(states, poses_seq, keys):
             def inputs_at(pose):
                 return inp.replace(bodies=inp.bodies.with_state(pose[None]))
 
             seq = jax.vmap(jax.vmap(inputs_at))(poses_seq)
-            return rollout_envs(sensor, states, seq, keys)
+            if time_major:
+                seq = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), seq)
+            return rollout_envs(sensor, states, seq, keys, time_major=time_major)
 
         return roll
 
@@ -121,6 +124,8 @@ def main():
         states = jax.vmap(s.init_state)(keys)
         steps[name] = (make_step(s), (states, poses, keys))
         rolls[name] = (make_rollout(s), (states, poses_seq, keys))
+        if name == "bare":  # readings [T, E, ...]: no final transpose
+            rolls["bare_time_major"] = (make_rollout(s, True), (states, poses_seq, keys))
     draws = {
         "jax_random_normal": (make_draws(jax.random.normal), (keys,)),
         "standard_normal": (make_draws(standard_normal), (keys,)),
@@ -166,6 +171,7 @@ def main():
             "bare_taxel_steps_per_s": E * 121 / times["bare"],
             "full_taxel_steps_per_s": E * 121 / times["full"],
             "bare_rollout_taxel_steps_per_s": E * 121 * T / times_r["bare"],
+            "bare_rollout_time_major_over_env_major": ratios_r["bare_time_major"],
         }
     )
 

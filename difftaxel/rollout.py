@@ -9,6 +9,29 @@ import numpy as np
 __all__ = ["rollout", "rollout_envs", "vmap_envs", "env_mesh", "shard_envs"]
 
 
+def _scan_steps(step, state, inputs_seq, keys, checkpoint: bool):
+    """``lax.scan`` of ``step(state, inputs, key)`` over the leading axis of ``inputs_seq``
+    (and of ``keys``, or None): ``(final_state, readings [T, ...])``."""
+    n = jax.tree_util.tree_leaves(inputs_seq)[0].shape[0]
+
+    def skip(st, inp, k):  # never taken: the state unchanged, readings zero
+        shapes = jax.eval_shape(step, st, inp, k)[1]
+        return st, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    def body(st, xs):
+        inp, k, t = xs
+        # The step runs inside a conditional whose predicate is always true but data-dependent
+        # (the step index), so XLA materialises the readings before they are written into the
+        # stacked outputs. A plain body let XLA's CPU backend fuse the whole sensor kernel
+        # into the per-step dynamic-update-slice of every reading, once per output and not
+        # vectorised: 3x slower per step (benchmarks/RESULTS.md, 2026-12-04).
+        return jax.lax.cond(t >= 0, step, skip, st, inp, k)
+
+    if checkpoint:
+        body = jax.checkpoint(body)
+    return jax.lax.scan(body, state, (inputs_seq, keys, jnp.arange(n)))
+
+
 def rollout(sensor, state, inputs_seq, key=None, *, checkpoint: bool = False):
     """Run ``sensor.step`` over time with ``lax.scan`` (one environment).
 
@@ -27,23 +50,7 @@ def rollout(sensor, state, inputs_seq, key=None, *, checkpoint: bool = False):
     """
     n = jax.tree_util.tree_leaves(inputs_seq)[0].shape[0]
     keys = None if key is None else jax.random.split(key, n)
-
-    def skip(st, inp, k):  # never taken: the state unchanged, readings zero
-        shapes = jax.eval_shape(sensor.step, st, inp, k)[1]
-        return st, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-    def body(st, xs):
-        inp, k, t = xs
-        # The step runs inside a conditional whose predicate is always true but data-dependent
-        # (the step index), so XLA materialises the readings before they are written into the
-        # stacked outputs. A plain body let XLA's CPU backend fuse the whole sensor kernel
-        # into the per-step dynamic-update-slice of every reading, once per output and not
-        # vectorised: 3x slower per step (benchmarks/RESULTS.md, 2026-12-04).
-        return jax.lax.cond(t >= 0, sensor.step, skip, st, inp, k)
-
-    if checkpoint:
-        body = jax.checkpoint(body)
-    return jax.lax.scan(body, state, (inputs_seq, keys, jnp.arange(n)))
+    return _scan_steps(sensor.step, state, inputs_seq, keys, checkpoint)
 
 
 def rollout_envs(
@@ -54,14 +61,45 @@ def rollout_envs(
     *,
     checkpoint: bool = False,
     grad_chunk: int | None = None,
+    time_major: bool = False,
 ):
     """:func:`rollout` vmapped over environments.
 
-    ``states`` and ``inputs_seq`` carry a leading environment axis ``[E, ...]`` (inputs:
-    ``[E, T, ...]``); ``keys`` is ``[E]`` keys or None. The sensor (its options) is shared
-    and differentiable. ``grad_chunk``: see :func:`vmap_envs` (reverse mode evaluated that
-    many environments at a time). Returns ``(final_states [E, ...], readings [E, T, ...])``.
+    ``states`` carry a leading environment axis ``[E, ...]``, ``inputs_seq`` leading
+    ``[E, T, ...]`` axes (``[T, E, ...]`` with ``time_major``); ``keys`` is ``[E]`` keys or
+    None. The sensor (its options) is shared and differentiable. ``grad_chunk``: see
+    :func:`vmap_envs` (reverse mode evaluated that many environments at a time; with
+    ``time_major``, within each step). Returns ``(final_states [E, ...], readings [E, T,
+    ...])``, or readings ``[T, E, ...]`` with ``time_major``.
+
+    ``time_major=True`` (static) scans a vmapped step instead of vmapping a scan: the same
+    values (each environment splits its key into the same per-step keys), without the final
+    transpose of every reading from ``[T, E]`` to ``[E, T]``, which cost about a quarter of
+    a KinematicTaxel rollout step at 1024 environments on the CPU (``benchmarks/RESULTS.md``).
     """
+    if time_major:
+        T = jax.tree_util.tree_leaves(inputs_seq)[0].shape[0]
+        step_keys = None
+        if keys is None:
+            vstep = vmap_envs(lambda sen, s, i: sen.step(s, i), (None, 0, 0), grad_chunk=grad_chunk)
+        else:
+            vstep = vmap_envs(
+                lambda sen, s, i, k: sen.step(s, i, k), (None, 0, 0, 0), grad_chunk=grad_chunk
+            )
+            split = jax.vmap(lambda k: jax.random.split(k, T))(keys)  # [E, T], as rollout
+            step_keys = jax.tree.map(lambda k: jnp.swapaxes(k, 0, 1), split)
+
+        def step(carry, inp, k):
+            # the sensor travels in the carry: a custom_vjp (grad_chunk) cannot be
+            # differentiated with respect to a value the scan body closes over
+            sen, st = carry
+            st, r = vstep(sen, st, inp) if k is None else vstep(sen, st, inp, k)
+            return (sen, st), r
+
+        (_, final), readings = _scan_steps(
+            step, (sensor, states), inputs_seq, step_keys, checkpoint
+        )
+        return final, readings
     if keys is None:
 
         def one(sen, s, i):
@@ -157,18 +195,21 @@ def _chunked_vjp_call(vf, args, axes, chunk):
         it, jt = iter(dv), iter(rs)
         return tdef.unflatten([next(it) if d else next(jt) for d in diff])
 
+    # the non-float leaves (ints, bools, keys) are arguments too, never closed over: inside a
+    # differentiated scan (rollout_envs(time_major=True)) they are traced values of the body
     @jax.custom_vjp
-    def g(dv):
+    def g(dv, rest):
         return vf(*rebuild(dv, rest))
 
-    def g_fwd(dv):
+    def g_fwd(dv, rest):
         # which leaves are differentiated (static): the others get no cotangent work
         pert = tuple(bool(p.perturbed) for p in dv)
         dv = [p.value for p in dv]
-        return g(dv), (dv, pert)
+        rest = [p.value for p in rest]
+        return g(dv, rest), (dv, rest, pert)
 
     def g_bwd(res, ct):
-        dv, pert = res
+        dv, rest, pert = res
         idx_s = [i for i, (a, p) in enumerate(zip(dax, pert, strict=True)) if a is None and p]
         idx_b = [i for i, (a, p) in enumerate(zip(dax, pert, strict=True)) if a == 0 and p]
 
@@ -223,10 +264,10 @@ def _chunked_vjp_call(vf, args, axes, chunk):
             out[i] = v
         for i, v in zip(idx_b, dbs, strict=True):
             out[i] = v
-        return (out,)
+        return (out, [None] * len(rest))
 
     g.defvjp(g_fwd, g_bwd, symbolic_zeros=True)
-    return g(dvals)
+    return g(dvals, rest)
 
 
 def env_mesh(devices=None, axis_name: str = "env"):
