@@ -250,9 +250,9 @@ def _rows_times(v: Array, R: Array) -> Array:
     )
 
 
-def _pair_sums(p, radii, x, mask, block: int, with_d: bool):
-    """Sums over points of ``P = R - d`` for ``0 < d <= R`` (``d = |x - p|``), and of
-    ``P (x - p)`` if ``with_d``.
+def _pair_sums(p, radii, x, mask, block: int, with_d: bool, feats: tuple = ()):
+    """Sums over points of ``P = R - d`` for ``0 < d <= R`` (``d = |x - p|``), of
+    ``P (x - p)`` if ``with_d``, and of ``P f`` for each per-point feature ``f`` in ``feats``.
 
     Args:
       p: probe positions, three ``[N]`` planes (world, m).
@@ -260,17 +260,19 @@ def _pair_sums(p, radii, x, mask, block: int, with_d: bool):
       x: point positions, three ``[K]`` planes (world, m).
       mask: ``[K]`` bool, points that count.
       block: points per loop iteration (static); the iteration is unrolled.
-      with_d: also return ``D``.
+      with_d: also return ``D = sum P (x - p)``.
+      feats: ``[K]`` per-point features (e.g. a point's velocity components).
 
     Returns:
-      ``S [B, N]`` and ``D``, a tuple of three ``[B, N]`` planes (or None).
+      ``(S, D, F)``: ``S [B, N]``; ``D`` a tuple of three ``[B, N]`` planes or None; ``F`` a
+      tuple of one ``[B, N]`` sum per feature.
 
     A ``lax.scan`` over blocks of points, unrolled inside, on ``[B, N]`` accumulators: XLA's
     CPU backend fuses each block into one loop over the probes, where a per-block product
     ``P @ features`` (the earlier form) was a batched library GEMM of tiny matrices. XLA
-    evaluates every output of a fusion separately, so the four sums travel as two complex
-    accumulators ``S + i D_z`` and ``D_x + i D_y``: the pair arithmetic is done twice per
-    point, not four times.
+    evaluates every output of a fusion separately, so the sums travel in pairs as complex
+    accumulators (``S + i D_x``, ``D_y + i D_z``, ...): the pair arithmetic is done once per
+    accumulator, not once per sum.
     """
     px, py, pz = p
     K = x[0].shape[0]
@@ -280,13 +282,15 @@ def _pair_sums(p, radii, x, mask, block: int, with_d: bool):
     if pad:
         x = tuple(jnp.concatenate([q, jnp.full((pad,), 1e6, q.dtype)]) for q in x)
         mask = jnp.concatenate([mask, jnp.zeros((pad,), bool)])
-    xs = tuple(q.reshape(n_blocks, C) for q in x) + (mask.reshape(n_blocks, C),)
+        feats = tuple(jnp.concatenate([f, jnp.zeros((pad,), f.dtype)]) for f in feats)
+    xs = tuple(q.reshape(n_blocks, C) for q in (*x, mask, *feats))
     dtype = radii.dtype
     eps = _eps(dtype)
     r2 = radii * radii
+    n_terms = 1 + 3 * bool(with_d) + len(feats)
 
     def body(acc, blk):
-        cx, cy, cz, cm = blk
+        cx, cy, cz, cm, *cf = blk
         for k in range(C):
             dx, dy, dz = cx[k] - px, cy[k] - py, cz[k] - pz  # [N]
             d2 = dx * dx + dy * dy + dz * dz
@@ -294,21 +298,27 @@ def _pair_sums(p, radii, x, mask, block: int, with_d: bool):
             dist = jnp.where(pos, jnp.sqrt(jnp.where(pos, d2, 1.0)), 0.0)
             hit = (d2[None] <= r2) & (dist[None] > eps) & cm[k]  # [B, N]
             P = jnp.where(hit, radii - dist[None], 0.0)
+            t = [P]
             if with_d:
-                acc = (
-                    acc[0] + jax.lax.complex(P, P * dz[None]),
-                    acc[1] + jax.lax.complex(P * dx[None], P * dy[None]),
-                )
-            else:
-                acc = (acc[0] + P,)
+                t += [P * dx[None], P * dy[None], P * dz[None]]
+            t += [P * f[k] for f in cf]
+            acc = tuple(
+                a + (jax.lax.complex(t[2 * j], t[2 * j + 1]) if 2 * j + 1 < n_terms else t[2 * j])
+                for j, a in enumerate(acc)
+            )
         return acc, None
 
-    if with_d:
-        z = jnp.zeros(radii.shape, jnp.result_type(dtype, jnp.complex64))
-        (a1, a2), _ = jax.lax.scan(body, (z, z), xs)
-        return a1.real, (a2.real, a2.imag, a1.imag)
-    (S,), _ = jax.lax.scan(body, (jnp.zeros(radii.shape, dtype),), xs)
-    return S, None
+    ctype = jnp.result_type(dtype, jnp.complex64)
+    acc0 = tuple(
+        jnp.zeros(radii.shape, ctype if 2 * j + 1 < n_terms else dtype)
+        for j in range((n_terms + 1) // 2)
+    )
+    acc, _ = jax.lax.scan(body, acc0, xs)
+    sums = []
+    for a in acc:
+        sums += [a.real, a.imag] if jnp.iscomplexobj(a) else [a]
+    D = tuple(sums[1:4]) if with_d else None
+    return sums[0], D, tuple(sums[1 + 3 * bool(with_d) :])
 
 
 @pytree_dataclass
@@ -462,9 +472,11 @@ class ProximityTaxel:
         return pb, seg_id, valid, count > K
 
     def _groups(self, inputs: SensorInputs, radii: Array, dtype):
-        """Per segment of tracked points: ``(body index, world positions (three planes),
-        mask)``, and the overflow flag. Exhaustive: each segment's own points. With
-        ``max_candidates``: the selected candidates, each segment masking the others'."""
+        """The tracked points as groups ``(body, world positions (three planes), mask)``, and
+        the overflow flag. Exhaustive: one group per segment, its own points. With
+        ``max_candidates``: one group of the selected candidates; with several segments its
+        body is None and the candidates are moved by their own bodies (see
+        :meth:`_accumulate`)."""
         bodies = inputs.bodies
         segs = self.track_points.segments
         for b, _ in segs:
@@ -474,28 +486,32 @@ class ProximityTaxel:
                     f"{bodies.num_bodies} bodies"
                 )
         body_mask = jnp.asarray(inputs.body_mask)
-        groups, overflow = [], jnp.zeros((), bool)
+
+        def world(b, pb):
+            T_b = bodies.poses[b].astype(dtype)
+            return affine_planes(_pose.quat_to_matrix(T_b[3:]), T_b[:3], *pb)
+
         use_cand = self.max_candidates is not None
         if use_cand and self.max_candidates < self.track_points.n_points:
             pb, seg_id, valid, overflow = self._candidates(inputs, radii, dtype)
-            for j, (b, _) in enumerate(segs):
-                m = valid & body_mask[b]
-                if seg_id is not None:
-                    m = m & (seg_id == j)
-                groups.append((b, pb, m))
-        else:
-            pts, start = self.track_points.points.astype(dtype), 0
-            for b, c in segs:
-                if c:
-                    seg = tuple(pts[start : start + c, i] for i in range(3))
-                    groups.append((b, seg, jnp.broadcast_to(body_mask[b], (c,))))
-                start += c
-        out = []
-        for b, pb, m in groups:
-            T_b = bodies.poses[b].astype(dtype)
-            world = affine_planes(_pose.quat_to_matrix(T_b[3:]), T_b[:3], *pb)
-            out.append((b, world, m))
-        return out, overflow
+            if seg_id is None:
+                b = segs[0][0]
+                return [(b, world(b, pb), valid & body_mask[b])], overflow
+            # several bodies: each candidate moved by its own body (selects over segments)
+            xw, m = world(segs[0][0], pb), valid & (seg_id == 0) & body_mask[segs[0][0]]
+            for j, (b, _) in enumerate(segs[1:], 1):
+                on = seg_id == j
+                xw = tuple(jnp.where(on, n, o) for n, o in zip(world(b, pb), xw, strict=True))
+                m = m | (valid & on & body_mask[b])
+            return [(None, xw, m, seg_id)], overflow
+        groups, start = [], 0
+        pts = self.track_points.points.astype(dtype)
+        for b, c in segs:
+            if c:
+                seg = tuple(pts[start : start + c, i] for i in range(3))
+                groups.append((b, world(b, seg), jnp.broadcast_to(body_mask[b], (c,))))
+            start += c
+        return groups, jnp.zeros((), bool)
 
     def _accumulate(self, inputs: SensorInputs, radii: Array):
         """``S [B, N]``, ``V [B, N, 3]``, ``W [B, N]`` for each radius branch ``radii [B, N]``,
@@ -504,8 +520,10 @@ class ProximityTaxel:
         A tracked body moves rigidly, so its points' velocities are affine in their positions:
         per body ``b`` (origin ``x_b``, twist ``(v_b, w_b)``), ``sum P v = v_b S_b + w_b x
         (D_b + (p - x_b) S_b)`` and ``sum P w = w_b S_b`` with ``S_b = sum P`` and ``D_b =
-        sum P (x - p)`` over its points. So the pair loop only sums ``P`` and ``P (x - p)``
-        (:func:`_pair_sums`); with ``shear_coupling == 0`` only ``P``."""
+        sum P (x - p)`` over its points. So a group of one body's points only sums ``P`` and
+        ``P (x - p)`` (:func:`_pair_sums`; with ``shear_coupling == 0`` only ``P``). The
+        candidates of several bodies go through one loop that sums ``P`` times each point's
+        own velocity and spin (7 sums, or 4 without shear) instead of one loop per body."""
         T = inputs.T_world_link
         dtype = T.dtype
         R = _pose.quat_to_matrix(T[3:])
@@ -519,8 +537,29 @@ class ProximityTaxel:
         S = jnp.zeros(radii.shape, dtype)
         Pv = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
         Pw = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
-        for b, world, m in groups:
-            Sb, D = _pair_sums(pp, radii, world, m, int(self.point_chunk), self.shear_on)
+        chunk = int(self.point_chunk)
+        for b, world, m, *seg_id in groups:
+            if b is None:  # candidates of several bodies: per-point velocity and spin
+                segs = self.track_points.segments
+                tw = inputs.bodies.twists[np.array([sb for sb, _ in segs])].astype(dtype)
+                org = inputs.bodies.poses[np.array([sb for sb, _ in segs]), :3].astype(dtype)
+                tw_p, org_p = tw[seg_id[0]], org[seg_id[0]]  # [K, 6], [K, 3]
+                r = [world[i] - org_p[:, i] for i in range(3)]
+                w = [tw_p[:, 3 + i] for i in range(3)]
+                v = [
+                    tw_p[:, 0] + w[1] * r[2] - w[2] * r[1],
+                    tw_p[:, 1] + w[2] * r[0] - w[0] * r[2],
+                    tw_p[:, 2] + w[0] * r[1] - w[1] * r[0],
+                ]
+                feats = (*v, *w) if self.shear_on else tuple(w)
+                Sb, _, F = _pair_sums(pp, radii, world, m, chunk, False, feats)
+                S = S + Sb
+                for i in range(3):
+                    Pw[i] = Pw[i] + F[-3 + i]
+                    if self.shear_on:
+                        Pv[i] = Pv[i] + F[i]
+                continue
+            Sb, D, _ = _pair_sums(pp, radii, world, m, chunk, self.shear_on)
             tw = inputs.bodies.twists[b].astype(dtype)
             w = tw[3:]
             S = S + Sb
