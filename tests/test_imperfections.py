@@ -186,6 +186,21 @@ def test_normal_generators_moments_determinism_and_tails(dtype, generator):
     assert np.max(np.abs(c - np.eye(8))) < 0.15
 
 
+@pytest.mark.parametrize("generator", ["hash_normal", "standard_normal"])
+def test_normal_generators_odd_and_empty_shapes(generator):
+    # pairs of normals: an odd count drops the last mate; () and size-0 shapes work
+    from difftaxel import imperfections
+
+    draw = getattr(imperfections, generator)
+    for shape in ((), (1,), (5,), (3, 7), (0,), (2, 0, 3)):
+        for dtype in (jnp.float32, jnp.float64):
+            z = draw(jax.random.key(0), shape, dtype)
+            assert z.shape == shape and z.dtype == dtype and bool(jnp.all(jnp.isfinite(z)))
+    # an odd count: the same key gives the same draws
+    a, b = draw(jax.random.key(1), (3,), jnp.float32), draw(jax.random.key(1), (3,), jnp.float32)
+    np.testing.assert_array_equal(a, b)
+
+
 def _box_muller_exact(br, ba, br2, ba2, f64):
     """The documented transform in float64 numpy: radius uniform, quadrant, fraction."""
     br, ba = br.astype(np.uint64), ba.astype(np.uint64)
