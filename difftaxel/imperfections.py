@@ -210,6 +210,16 @@ def _box_muller(b_r: Array, b_a: Array, b_r2=None, b_a2=None, *, dtype) -> tuple
     return r * x, r * y
 
 
+def _check_layout(state, value, where: str) -> None:
+    """``value`` must have the per-channel shape of ``state`` (``[N, C]`` or ``[C, N]``)."""
+    if tuple(value.shape) != tuple(state.walk.shape):
+        layout = "[C, N]" if state.channels_first else "[N, C]"
+        raise ValueError(
+            f"value: Imperfections.{where} expected shape {tuple(state.walk.shape)} (the "
+            f"state's {layout} layout), got {tuple(value.shape)}"
+        )
+
+
 @pytree_dataclass
 class ChainState:
     """State of the imperfection chain for one environment.
@@ -223,6 +233,7 @@ class ChainState:
       walk: ``[N, C]`` random-walk offset.
       dead: ``[N]`` bool, drawn at reset.
       dead_value: ``[N]`` value a dead probe reads.
+      channels_first: static; True when the per-channel arrays are ``[C, N]``.
       ring: tuple of ``D`` arrays ``[N, C]``, the past post-processed measured readings
         (index 0 newest); ``()`` when no delay or history is configured. A tuple, not one
         ``[D, N, C]`` array, so a push renames buffers instead of shifting the whole ring
@@ -236,6 +247,7 @@ class ChainState:
     dead: Array
     dead_value: Array
     ring: Array
+    channels_first: bool = static_field(False)
 
 
 def _validate_scalar(name, v, lo=None, hi=None, allow_array=True):
@@ -515,7 +527,15 @@ class Imperfections:
             lo, hi = self.dead_taxel_value_range[0], self.dead_taxel_value_range[1]
             val = jax.random.uniform(k2, (n_probes,), dtype, 0.0, 1.0) * (hi - lo) + lo
         ring = tuple(jnp.zeros(shape, dtype) for _ in range(self.ring_depth))
-        return ChainState(hyst_xi=z, hyst_prev=z, walk=z, dead=dead, dead_value=val, ring=ring)
+        return ChainState(
+            hyst_xi=z,
+            hyst_prev=z,
+            walk=z,
+            dead=dead,
+            dead_value=val,
+            ring=ring,
+            channels_first=bool(channels_first),
+        )
 
     # ------------------------------------------------------------------ stages
 
@@ -602,6 +622,7 @@ class Imperfections:
         """Single Maxwell element per channel; a no-op when built with ``hysteresis_strength == 0``."""
         if "hysteresis" not in self.active_stages:
             return state, value
+        _check_layout(state, value, "apply_hysteresis")
         s = self.hysteresis_strength.astype(value.dtype)
         tau = self.hysteresis_tau.astype(value.dtype)
         pos = tau > 0
@@ -609,15 +630,15 @@ class Imperfections:
         xi = a * state.hyst_xi + (value - state.hyst_prev)
         return replace(state, hyst_xi=xi, hyst_prev=value), value + s * xi
 
-    def apply_hardware(
-        self, state: ChainState, value: Array, key, channels_first: bool = False
-    ) -> tuple[ChainState, Array]:
+    def apply_hardware(self, state: ChainState, value: Array, key) -> tuple[ChainState, Array]:
         """Random walk, white noise, bias, quantisation, dead taxels (in that order).
 
-        ``value`` is ``[N, C]``, or ``[C, N]`` with ``channels_first`` (static; the state
-        must then come from ``init(..., channels_first=True)``). Per-probe, per-channel
-        options are given ``[N, C]``-broadcastable either way."""
+        ``value`` is ``[N, C]``, or ``[C, N]`` when ``state`` was made by
+        ``init(..., channels_first=True)`` (the state carries its layout). Per-probe,
+        per-channel options are given ``[N, C]``-broadcastable either way."""
         dtype = value.dtype
+        channels_first = state.channels_first
+        _check_layout(state, value, "apply_hardware")
 
         def per(x):  # an option broadcast to the layout of ``value``
             x = jnp.asarray(x).astype(dtype)

@@ -274,7 +274,7 @@ def test_channels_first_chain_matches_channels_last():
         st, y = imp.apply_hardware(st, y, None)
         st, y = imp.apply_delay(st, y, None)
         st_cf, y_cf = imp.apply_hysteresis(st_cf, v.T, 0.005)
-        st_cf, y_cf = imp.apply_hardware(st_cf, y_cf, None, channels_first=True)
+        st_cf, y_cf = imp.apply_hardware(st_cf, y_cf, None)
         st_cf, y_cf = imp.apply_delay(st_cf, y_cf, None)
         np.testing.assert_allclose(y_cf.T, y, rtol=0, atol=1e-15)
     assert np.any(np.asarray(y) != 0)
@@ -285,9 +285,13 @@ def test_channels_first_chain_matches_channels_last():
         noisy.init(None, 4000, C, channels_first=True),
         jnp.zeros((C, 4000)),
         jax.random.key(1),
-        channels_first=True,
     )
     np.testing.assert_allclose(np.asarray(z).std(axis=1), sig, rtol=0.05)
+    # a value in the other layout than the state's is an error naming it
+    with pytest.raises(ValueError, match=r"value: .*\[C, N\] layout"):
+        imp.apply_hardware(st_cf, jnp.zeros((N, C)), None)
+    with pytest.raises(ValueError, match=r"value: .*\[N, C\] layout"):
+        imp.apply_hysteresis(st, jnp.zeros((C, N)), 0.005)
 
 
 def test_hash_generator_in_the_chain():

@@ -592,7 +592,7 @@ class KinematicTaxel:
         v = jnp.stack(F_m + T_m, axis=0)
         v = imp.apply_crosstalk(v, self.probe_radius > 0, channels_first=True)
         chain, v = imp.apply_hysteresis(state.chain, v, inputs.dt)
-        chain, v = imp.apply_hardware(chain, v, k_hw, channels_first=True)
+        chain, v = imp.apply_hardware(chain, v, k_hw)  # [6, N]: the state's layout
         chain, v = imp.apply_delay(chain, v, k_d)
         state = replace(state, chain=chain)
         shp = _out_shape(self, (3,))
