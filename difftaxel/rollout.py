@@ -9,6 +9,12 @@ import numpy as np
 __all__ = ["rollout", "rollout_envs", "vmap_envs", "env_mesh", "shard_envs"]
 
 
+def _materialise_steps() -> bool:
+    """Whether rollouts run each step inside a conditional (see :func:`_scan_steps`): on the
+    CPU backend only, where it pays; read at trace time."""
+    return jax.default_backend() == "cpu"
+
+
 def _scan_steps(step, state, inputs_seq, keys, checkpoint: bool):
     """``lax.scan`` of ``step(state, inputs, key)`` over the leading axis of ``inputs_seq``
     (and of ``keys``, or None): ``(final_state, readings [T, ...])``."""
@@ -18,13 +24,18 @@ def _scan_steps(step, state, inputs_seq, keys, checkpoint: bool):
         shapes = jax.eval_shape(step, st, inp, k)[1]
         return st, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
+    materialise = _materialise_steps()
+
     def body(st, xs):
         inp, k, t = xs
-        # The step runs inside a conditional whose predicate is always true but data-dependent
-        # (the step index), so XLA materialises the readings before they are written into the
-        # stacked outputs. A plain body let XLA's CPU backend fuse the whole sensor kernel
-        # into the per-step dynamic-update-slice of every reading, once per output and not
-        # vectorised: 3x slower per step (benchmarks/RESULTS.md, 2026-12-04).
+        if not materialise:
+            return step(st, inp, k)
+        # On the CPU the step runs inside a conditional whose predicate is always true but
+        # data-dependent (the step index), so XLA materialises the readings before they are
+        # written into the stacked outputs. A plain body let XLA's CPU backend fuse the whole
+        # sensor kernel into the per-step dynamic-update-slice of every reading, once per
+        # output and not vectorised: 3x slower per step (benchmarks/RESULTS.md, 2026-12-04).
+        # Not on accelerators: there a conditional may read its predicate on the host.
         return jax.lax.cond(t >= 0, step, skip, st, inp, k)
 
     if checkpoint:

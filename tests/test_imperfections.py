@@ -3,6 +3,7 @@ rollout == loop, gradients through time, sharding over 8 simulated devices, bad 
 
 from __future__ import annotations
 
+import importlib
 import os
 import pathlib
 import subprocess
@@ -498,6 +499,19 @@ def test_rollout_equals_loop_and_gradient_through_time():
     assert_trees_close(final, st, rtol=1e-6, atol=1e-12)
     _, rc = rollout(s, st0, seq, key, checkpoint=True)
     assert_trees_close(rc, r, rtol=1e-12, atol=1e-15)
+    # the plain scan body (what accelerators get) equals the conditional one (the CPU's)
+    rollout_mod = importlib.import_module("difftaxel.rollout")
+
+    orig = rollout_mod._materialise_steps
+    assert orig() == (jax.default_backend() == "cpu")
+    try:
+        for flag in (True, False):
+            rollout_mod._materialise_steps = lambda flag=flag: flag
+            f_p, r_p = rollout(s, st0, seq, key)
+            assert_trees_close(r_p, r, rtol=1e-12, atol=1e-15)
+            assert_trees_close(f_p, final, rtol=1e-12, atol=1e-15)
+    finally:
+        rollout_mod._materialise_steps = orig
 
     def loss(params):
         strength, tau = params
