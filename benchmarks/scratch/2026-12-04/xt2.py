@@ -25,6 +25,13 @@ def patched(self, value, active, channels_first=False):
     if MODE["m"] == "sep2mm":
         y = x @ Bu.T                     # along x
         z = jnp.einsum("vy,cyx->cvx", Bv, y)  # along y
+    elif MODE["m"] == "sepmm2":
+        W = jnp.concatenate([jnp.eye(nx, dtype=value.dtype), Bu.T], axis=1)  # [nx, 2nx]
+        xy = (x.reshape(-1, nx) @ W).reshape(x.shape[0], ny, 2 * nx)
+        xc, y = xy[..., :nx], xy[..., nx:]
+        yp = jnp.pad(y, ((0, 0), (r_v, r_v), (0, 0)))
+        z = sum(g_v[i] * yp[:, i : i + ny, :] for i in range(2 * r_v + 1))
+        x = xc
     elif MODE["m"] == "kron":
         z = jnp.einsum("vy,cyx,ux->cvu", Bv, x, Bu)
     out = lam * z + (1 - lam) * x
@@ -34,7 +41,8 @@ E = 1024
 base = dict(hysteresis_strength=0.5, hysteresis_tau=0.1, crosstalk_strength=0.3, crosstalk_sigma=0.003,
     dead_taxel_probability=0.02, dead_taxel_value_range=(0, 0.1), bias=5e-4, resolution=5e-4, delay=0.01, dt=0.005)
 cases = {}
-for variant in ["gemm", "sep2mm", "kron"]:
+# the RESULTS runs: `xt2.py gemm sep2mm kron` and `xt2.py gemm sepmm2`
+for variant in (sys.argv[1:] or ["gemm", "sep2mm", "kron"]):
     for name, imp in [("bare", None), ("xt", dict(crosstalk_strength=0.3, crosstalk_sigma=0.003)), ("no_random", base)]:
         if name == "bare" and variant != "gemm": continue
         kw = {} if imp is None else dict(probe_gain_resample_range=(0.8, 1.2), imperfections=dt.Imperfections(**imp))
