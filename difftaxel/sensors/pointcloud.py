@@ -87,9 +87,6 @@ class TrackedPoints:
     def n_points(self) -> int:
         return self.points.shape[0]
 
-    def body_array(self) -> np.ndarray:
-        return np.concatenate([np.full(c, b) for b, c in self.segments]).astype(np.int32)
-
     def world_planes(self, inputs: SensorInputs, dtype):
         """World positions, velocities and angular velocities (each a tuple of three ``[M]``
         planes; m, m/s, rad/s) and the per-point body mask ``[M]`` (static slices per
@@ -475,8 +472,8 @@ class ProximityTaxel:
         """The tracked points as groups ``(body, world positions (three planes), mask)``, and
         the overflow flag. Exhaustive: one group per segment, its own points. With
         ``max_candidates``: one group of the selected candidates; with several segments its
-        body is None and the candidates are moved by their own bodies (see
-        :meth:`_accumulate`)."""
+        body is None, the candidates are moved by their own bodies and the group carries
+        their world velocities and spins (see :meth:`_accumulate`)."""
         bodies = inputs.bodies
         segs = self.track_points.segments
         for b, _ in segs:
@@ -498,12 +495,18 @@ class ProximityTaxel:
                 b = segs[0][0]
                 return [(b, world(b, pb), valid & body_mask[b])], overflow
             # several bodies: each candidate moved by its own body (selects over segments)
-            xw, m = world(segs[0][0], pb), valid & (seg_id == 0) & body_mask[segs[0][0]]
-            for j, (b, _) in enumerate(segs[1:], 1):
+            mot, m = None, jnp.zeros_like(valid)
+            for j, (b, _) in enumerate(segs):
                 on = seg_id == j
-                xw = tuple(jnp.where(on, n, o) for n, o in zip(world(b, pb), xw, strict=True))
+                new = _motion_planes(
+                    bodies.poses[b].astype(dtype), bodies.twists[b].astype(dtype), *pb
+                )
+                mot = new if mot is None else jax.tree.map(
+                    lambda n, o, on=on: jnp.where(on, n, o), new, mot
+                )  # fmt: skip
                 m = m | (valid & on & body_mask[b])
-            return [(None, xw, m, seg_id)], overflow
+            pos, vel, ang = mot
+            return [(None, pos, m, (vel, ang))], overflow
         groups, start = [], 0
         pts = self.track_points.points.astype(dtype)
         for b, c in segs:
@@ -538,19 +541,9 @@ class ProximityTaxel:
         Pv = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
         Pw = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
         chunk = int(self.point_chunk)
-        for b, world, m, *seg_id in groups:
+        for b, world, m, *motion in groups:
             if b is None:  # candidates of several bodies: per-point velocity and spin
-                segs = self.track_points.segments
-                tw = inputs.bodies.twists[np.array([sb for sb, _ in segs])].astype(dtype)
-                org = inputs.bodies.poses[np.array([sb for sb, _ in segs]), :3].astype(dtype)
-                tw_p, org_p = tw[seg_id[0]], org[seg_id[0]]  # [K, 6], [K, 3]
-                r = [world[i] - org_p[:, i] for i in range(3)]
-                w = [tw_p[:, 3 + i] for i in range(3)]
-                v = [
-                    tw_p[:, 0] + w[1] * r[2] - w[2] * r[1],
-                    tw_p[:, 1] + w[2] * r[0] - w[0] * r[2],
-                    tw_p[:, 2] + w[0] * r[1] - w[1] * r[0],
-                ]
+                v, w = motion[0]
                 feats = (*v, *w) if self.shear_on else tuple(w)
                 Sb, _, F = _pair_sums(pp, radii, world, m, chunk, False, feats)
                 S = S + Sb
