@@ -7,10 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
-from .._numerics import affine_planes, cross
+from .._numerics import cross
 from .._pytree import pytree_dataclass
 from .._validate import check_finite, check_pose, check_shape
-from .shapes import Sphere, sdf_local_xyz, shape_sdf_world
+from .planes import Planes, affine_planes
+from .shapes import Sphere, sdf_local_xyz
 
 Array = jax.Array
 
@@ -31,8 +32,9 @@ class ShapeQuery:
     """Per-shape answers of :meth:`Bodies.query` for ``P`` points and ``S`` shapes.
 
     Attributes:
-      sd: ``[S, P]`` signed distances (m, world scale; negative inside).
-      normal: ``[S, P, 3]`` unit outward normals (world).
+      sd: ``[S, P]`` signed distances (m; negative inside).
+      normal: unit outward normals in the query's frame: ``[S, P, 3]``, or
+        :class:`~difftaxel.geometry.Planes` of ``[S, P]`` for a planar query.
       mask: ``[S, P]`` bool, False where the shape's body is masked out (filtered / gated);
         those entries must be ignored (their ``sd`` is set to ``+inf``-like ``1e6``).
     """
@@ -105,70 +107,37 @@ class Bodies:
 
         return replace(self, poses=poses, twists=self.twists if twists is None else twists)
 
-    def query(self, points_world: Array, body_mask: Array | None = None) -> ShapeQuery:
-        """Signed distance and normal of every shape at ``points_world [P, 3]`` (world, m).
+    def query(self, points, body_mask: Array | None = None, *, frame: Array | None = None):
+        """Signed distance and outward normal of every shape at many points.
 
         Args:
-          points_world: ``[P, 3]`` query points.
-          body_mask: optional ``[B]`` bool; False removes that body (filtered or not in contact).
+          points: the query points (m), in frame F: an array ``[P, 3]`` or
+            :class:`~difftaxel.geometry.Planes` of ``[P]`` planes (the sensors' layout).
+          body_mask: optional ``[B]`` bool; False removes that body (filtered or not in
+            contact): its entries are masked and their ``sd`` set to ``1e6``.
+          frame: ``T_world_frame [7]`` of frame F (position m, quaternion x, y, z, w), or None
+            for the world frame.
 
         Returns:
-          :class:`ShapeQuery` with ``[S, P]`` arrays.
+          :class:`ShapeQuery` with ``sd [S, P]``, ``mask [S, P]`` and normals in frame F, in the
+          layout of ``points``: ``[S, P, 3]``, or :class:`Planes` of ``[S, P]``.
+
+        Each shape's pose relative to F is composed once, so every point costs one rigid
+        transform in and one rotation out. Spheres are queried on F's axes (their distance is
+        rotation-equivariant: exact, and no rotation terms in the gradient).
         """
-        sds, normals = [], []
-        for s in self.shapes:
-            sd, n = shape_sdf_world(s, self.poses[s.body].astype(points_world.dtype), points_world)
-            sds.append(sd)
-            normals.append(n)
-        sd = jnp.stack(sds)
-        normal = jnp.stack(normals)
-        mask = self._mask(body_mask, sd.shape)
-        sd = jnp.where(mask, sd, jnp.asarray(1e6, sd.dtype))
-        return ShapeQuery(sd=sd, normal=normal, mask=mask)
-
-    def query_in_frame(
-        self, T_world_frame: Array, points_frame: Array, body_mask: Array | None = None
-    ) -> ShapeQuery:
-        """Like :meth:`query` for points ``[P, 3]`` given in frame F (``T_world_frame [7]``).
-
-        Normals are returned in frame F. Each shape's pose relative to F is composed once, so
-        every point costs one rigid transform in and one rotation out (the fast path used by
-        the sensors, whose probes live in the sensor link frame).
-        """
-        p = points_frame
-        sd, n, mask = self.query_in_frame_xyz(
-            T_world_frame, (p[..., 0], p[..., 1], p[..., 2]), body_mask
-        )
-        return ShapeQuery(sd=sd, normal=jnp.stack(n, axis=-1), mask=mask)
-
-    def query_in_frame_xyz(
-        self, T_world_frame: Array, points_frame: tuple, body_mask: Array | None = None
-    ) -> tuple[Array, tuple, Array]:
-        """:meth:`query_in_frame` on coordinate planes.
-
-        Args:
-          T_world_frame: ``[7]`` pose of frame F (position m, quaternion x, y, z, w).
-          points_frame: ``(x, y, z)``, each ``[P]``: the points in frame F (m).
-          body_mask: optional ``[B]`` bool, as in :meth:`query`.
-
-        Returns:
-          ``(sd [S, P], (nx, ny, nz) each [S, P], mask [S, P])``: normals in frame F; masked
-          entries have ``sd = 1e6``. The planar form keeps every per-point array free of a
-          trailing axis of size 3, which XLA's CPU backend handles poorly.
-        """
-        x, y, z = points_frame
+        planar = isinstance(points, Planes)
+        x, y, z = points if planar else Planes.from_array(points)
         dtype = x.dtype
-        T_frame_world = _pose.inverse(T_world_frame.astype(dtype))
+        T_frame_world = None if frame is None else _pose.inverse(frame.astype(dtype))
         sds, ns = [], []
         for s in self.shapes:
-            T_world_shape = _pose.compose(
+            T_frame_shape = _pose.compose(
                 self.poses[s.body].astype(dtype), s.T_body_shape.astype(dtype)
             )
-            T_frame_shape = _pose.compose(T_frame_world, T_world_shape)
+            if T_frame_world is not None:
+                T_frame_shape = _pose.compose(T_frame_world, T_frame_shape)
             if isinstance(s, Sphere):
-                # rotation-equivariant: queried on frame F's axes, sd and normal need no
-                # rotation (exactly the rotated query; the normal is 0 at the centre either
-                # way). A quarter of the flops, and no pose-rotation terms in the gradient.
                 c = T_frame_shape[:3]
                 sd, m = s.sdf_local_xyz(x - c[0], y - c[1], z - c[2])
                 sds.append(sd)
@@ -182,10 +151,10 @@ class Bodies:
             sds.append(sd)
             ns.append([R[i, 0] * m[0] + R[i, 1] * m[1] + R[i, 2] * m[2] for i in range(3)])
         sd = jnp.stack(sds)
-        normal = tuple(jnp.stack([n[i] for n in ns]) for i in range(3))
+        normal = Planes(*(jnp.stack([n[i] for n in ns]) for i in range(3)))
         mask = self._mask(body_mask, sd.shape)
         sd = jnp.where(mask, sd, jnp.asarray(1e6, sd.dtype))
-        return sd, normal, mask
+        return ShapeQuery(sd=sd, normal=normal if planar else normal.stack(), mask=mask)
 
     def _mask(self, body_mask, shape):
         if body_mask is None:

@@ -1,33 +1,34 @@
-"""The functional sensor contract: inputs, readings, shared probe options and validation.
+"""The functional sensor contract: inputs, readings, the shared probe options.
 
-A sensor is an immutable pytree. Float options and arrays are leaves (differentiable); layout
-shape, flags and backends are static. ::
+A sensor is an immutable pytree of options (:class:`Sensor`). Float options and arrays are
+leaves (differentiable); anything that fixes a shape or a code path is static. Each sensor
+declares its own state type, holding only what that sensor carries::
 
     state = sensor.init_state(key)                    # per-episode draws; zeroed latches
     state, reading = sensor.step(state, inputs, key)  # pure; reading.measured, reading.ground_truth
 
 Kernels are written for **one environment**; ``jax.vmap`` over environments and ``lax.scan``
-over time are the caller's.
+over time are the caller's (:mod:`difftaxel.rollout`).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
-from .._numerics import eps as _eps
 from .._numerics import smooth_relu
-from .._pytree import pytree_dataclass
+from .._pytree import Options, derived_field, pytree_dataclass, static_field
 from .._validate import check_finite, check_pose, check_shape
 from ..geometry import Bodies
+from ..imperfections import Imperfections
 
 Array = jax.Array
 
-__all__ = ["SensorInputs", "Reading", "TaxelReading", "make_inputs"]
+__all__ = ["ProbeSensor", "Reading", "SensorInputs", "Sensor", "TaxelReading", "make_inputs"]
 
 
 class Reading(NamedTuple):
@@ -142,31 +143,14 @@ def probe_world_positions(T_world_link: Array, probe_local_pos: Array) -> Array:
 
 
 def noised_radius(radius: Array, noise: Array, key) -> Array:
-    """Genesis's per-step radius noise: ``max(0, r + (2u - 1) noise)`` where ``noise > eps``.
-
-    ``u ~ U[0, 1)`` per probe, fresh each step from ``key``; ``r`` is returned unchanged where
-    ``noise <= eps`` or ``key`` is None.
-    """
+    """Genesis's per-step radius noise ``max(0, r + (2u - 1) noise)``, ``u ~ U[0, 1)`` per
+    probe, fresh each step from ``key``; ``r`` unchanged when ``key`` is None. With
+    ``noise == 0`` it is exactly ``r`` (``r >= 0``), with the gradient in ``noise`` of the
+    reparameterised draw."""
     if key is None:
         return radius
     u = jax.random.uniform(key, radius.shape, radius.dtype)
-    noisy = jnp.maximum(radius + (2.0 * u - 1.0) * noise, 0.0)
-    return jnp.where(noise > _eps(radius.dtype), noisy, radius)
-
-
-def prep_layout(name: str, pos):
-    """Validate a probe layout ``[N, 3]`` or ``[ny, nx, 3]`` (m, link frame) on the host.
-
-    Returns ``(flat [N, 3] float64 numpy, layout tuple)``; errors name ``<name>.probe_local_pos``.
-    """
-    p = np.asarray(pos, dtype=float)
-    if p.ndim not in (2, 3) or p.shape[-1] != 3 or p.size == 0:
-        raise ValueError(
-            f"{name}.probe_local_pos: expected shape (N, 3) or (ny, nx, 3), got {p.shape}"
-        )
-    if not np.all(np.isfinite(p)):
-        raise ValueError(f"{name}.probe_local_pos: expected finite values")
-    return p.reshape(-1, 3), tuple(int(v) for v in p.shape[:-1])
+    return jnp.maximum(radius + (2.0 * u - 1.0) * noise.astype(radius.dtype), 0.0)
 
 
 def split3(key):
@@ -177,23 +161,223 @@ def split3(key):
     return k[0], k[1], k[2]
 
 
-def reset_gain_and_chain(sensor, key, n_channels, channels_first: bool = False):
-    """A reset's per-episode draws: ``(probe_gain [N], chain state)``.
+# ----------------------------------------------------------------------------- validation
 
-    The gain is ``sensor.probe_gain`` or, with ``probe_gain_resample_range=(lo, hi)``, drawn
-    ``U(lo, hi)`` per probe from ``key``; dead taxels are drawn by the imperfection chain.
-    ``channels_first``: the chain state is laid out ``[C, N]`` (taxel sensors).
-    """
-    g = sensor.probe_gain
-    k_gain = k_chain = None
-    if key is not None:
-        k_gain, k_chain = jax.random.split(key)
-    if sensor.probe_gain_resample_range is not None:
-        if key is None:
+
+def check_positions(owner: str, pos) -> jax.Array:
+    """``probe_local_pos``: ``[N, 3]`` or ``[ny, nx, 3]`` finite (m, link frame), kept in its
+    shape (the shape is the output layout)."""
+    p = np.asarray(pos, dtype=float)
+    if p.ndim not in (2, 3) or p.shape[-1] != 3 or p.size == 0:
+        raise ValueError(
+            f"{owner}.probe_local_pos: expected shape (N, 3) or (ny, nx, 3), got {p.shape}"
+        )
+    if not np.all(np.isfinite(p)):
+        raise ValueError(f"{owner}.probe_local_pos: expected finite values")
+    return jnp.asarray(p, jnp.result_type(float))
+
+
+def check_per_probe(owner: str, name: str, v, layout: tuple, *, lo=0.0, strict=False):
+    """A per-probe option: a scalar, ``[N]`` or ``[*layout]`` with values ``>= lo`` (``> lo``
+    if ``strict``), kept in its shape (kernels broadcast it to ``[N]``)."""
+    try:
+        a = np.asarray(v, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"{owner}.{name}: expected a number or array, got {v!r}") from None
+    n = int(np.prod(layout))
+    if a.ndim and a.shape not in ((n,), tuple(layout)):
+        raise ValueError(
+            f"{owner}.{name}: expected a scalar or shape ({n},) or {tuple(layout)}, got {a.shape}"
+        )
+    bad = (a <= lo) if strict else (a < lo)
+    if not np.all(np.isfinite(a)) or np.any(bad):
+        rel = ">" if strict else ">="
+        raise ValueError(f"{owner}.{name}: expected finite values {rel} {lo}, got min {a.min()}")
+    return jnp.asarray(a, jnp.result_type(float))
+
+
+def check_scalar(owner: str, name: str, v, *, lo=None, strict=False):
+    """A scalar option, finite and ``>= lo`` (``> lo`` if ``strict``)."""
+    try:
+        a = np.asarray(v, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(f"{owner}.{name}: expected a number, got {v!r}") from None
+    if a.ndim:
+        raise ValueError(f"{owner}.{name}: expected a scalar, got shape {a.shape}")
+    x = float(a)
+    if not np.isfinite(x) or (lo is not None and (x <= lo if strict else x < lo)):
+        rel = ">" if strict else ">="
+        bound = "" if lo is None else f" {rel} {lo}"
+        raise ValueError(f"{owner}.{name}: expected a finite value{bound}, got {v!r}")
+    return jnp.asarray(x, jnp.result_type(float))
+
+
+def check_length(owner: str, name: str, v) -> float:
+    """A static length (m) ``>= 0`` (``smoothing``)."""
+    x = float(v)
+    if not np.isfinite(x) or x < 0:
+        raise ValueError(f"{owner}.{name}: expected a length >= 0 (m), got {v!r}")
+    return x
+
+
+def resolve_stages(owner: str, stages, known: tuple, nonzero: dict) -> tuple:
+    """The stages that run: ``stages`` (validated names) or, for ``None``, those whose option
+    is non-zero; a non-zero option of an unlisted stage raises."""
+    if stages is None:
+        return tuple(k for k in known if nonzero.get(k, False))
+    st = (stages,) if isinstance(stages, str) else tuple(stages)
+    bad = [s for s in st if s not in known]
+    if bad:
+        raise ValueError(f"{owner}.stages: unknown stage(s) {bad}; expected names in {known}")
+    for k in known:
+        if nonzero.get(k, False) and k not in st:
             raise ValueError(
-                f"key: {type(sensor).__name__}.init_state needs a PRNG key to resample probe_gain"
+                f"{owner}.stages: stage {k!r} has a non-zero option but is not listed in "
+                f"stages={st}; list it or set its option to zero"
             )
-        lo, hi = sensor.probe_gain_resample_range
-        g = jax.random.uniform(k_gain, g.shape, g.dtype, lo, hi)
-    chain = sensor.imperfections.init(k_chain, g.shape[0], n_channels, g.dtype, channels_first)
-    return g, chain
+    return tuple(k for k in known if k in st)
+
+
+# ----------------------------------------------------------------------------- the contract
+
+
+class Sensor(Options):
+    """The sensor contract: an immutable option pytree with a pure reset and a pure step.
+
+    Subclasses implement ``init_state(key) -> State`` (a reset: per-episode draws, zeroed
+    latches and chain) and ``step(state, inputs, key) -> (State, Reading)``, each with a state
+    type of their own. ``key`` is the only source of randomness; ``None`` draws nothing.
+    """
+
+    def init_state(self, key=None):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def step(self, state, inputs: SensorInputs, key=None):  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+@pytree_dataclass(kw_only=True)
+class ProbeSensor(Sensor):
+    """Options every probe sensor shares (Genesis names).
+
+    Attributes:
+      probe_local_pos: ``[N, 3]`` or a grid ``[ny, nx, 3]`` of probe centres (m, sensor link
+        frame). Its shape is the output layout (row-major flattening); ``layout`` and
+        ``n_probes`` follow from it.
+      probe_radius: scalar, ``[N]`` or ``[*layout]`` (m).
+      probe_gain: scalar, ``[N]`` or ``[*layout]``, > 0: the measured branch's gain.
+      probe_gain_resample_range: ``(lo, hi)`` (static): redraw the gain ``U(lo, hi)`` per probe
+        at every ``init_state`` (a reset); needs a key.
+      imperfections: the measured branch's :class:`~difftaxel.Imperfections` (default: none).
+      stages: the sensor's own switchable stages that run (static; see each class), ``None``
+        (default) for those whose option is non-zero at construction. List a stage to trace
+        or differentiate its option from zero.
+    """
+
+    probe_local_pos: Array = ((0.0, 0.0, 0.0),)
+    probe_radius: Array = 0.01
+    probe_gain: Array = 1.0
+    probe_gain_resample_range: tuple | None = static_field(None)
+    imperfections: Imperfections | None = None
+    stages: tuple | None = static_field(None)
+    active_stages: tuple = derived_field(())
+
+    #: the sensor's switchable stages (subclasses)
+    STAGES: ClassVar[tuple] = ()
+    #: channels per probe of the measured branch's chain
+    N_CHANNELS: ClassVar[int] = 1
+    #: whether the imperfections may include crosstalk
+    CROSSTALK: ClassVar[bool] = False
+    _REDERIVES = frozenset({"stages"})
+
+    @property
+    def layout(self) -> tuple:
+        """Static output layout: ``(N,)`` or ``(ny, nx)``."""
+        return tuple(self.probe_local_pos.shape[:-1])
+
+    @property
+    def n_probes(self) -> int:
+        return int(np.prod(self.layout))
+
+    def flat_positions(self, dtype=None) -> Array:
+        """``[N, 3]`` probe positions (m, link frame)."""
+        p = self.probe_local_pos.reshape(-1, 3)
+        return p if dtype is None else p.astype(dtype)
+
+    def per_probe(self, x, dtype) -> Array:
+        """A per-probe option broadcast to ``[N]``."""
+        return jnp.broadcast_to(jnp.asarray(x).astype(dtype).reshape(-1), (self.n_probes,))
+
+    def _check_field(self, name, v):
+        o = type(self).__name__
+        if name == "probe_local_pos":
+            return check_positions(o, v)
+        if name == "probe_radius":
+            return check_per_probe(o, name, v, self.layout)
+        if name == "probe_gain":
+            return check_per_probe(o, name, v, self.layout, strict=True)
+        if name == "probe_gain_resample_range":
+            if v is None:
+                return None
+            rr = tuple(float(x) for x in v)
+            if len(rr) != 2 or not (0 < rr[0] <= rr[1]):
+                raise ValueError(
+                    f"{o}.probe_gain_resample_range: expected (lo, hi) with 0 < lo <= hi, got {v!r}"
+                )
+            return rr
+        if name == "imperfections":
+            imp = Imperfections() if v is None else v
+            if not isinstance(imp, Imperfections):
+                raise TypeError(
+                    f"{o}.imperfections: expected a difftaxel.Imperfections, got "
+                    f"{type(imp).__name__}"
+                )
+            if imp.has_crosstalk:
+                self._check_crosstalk_layout(o)
+            return imp
+        if name == "stages":
+            return None if v is None else ((v,) if isinstance(v, str) else tuple(v))
+        return v
+
+    def _check_crosstalk_layout(self, o):
+        if not self.CROSSTALK:
+            raise ValueError(
+                f"{o}.imperfections: crosstalk is not applied to {o} (Genesis applies it to "
+                "KinematicTaxel and ProximityTaxel only); remove the crosstalk options"
+            )
+        lay = self.layout
+        if len(lay) != 2 or lay[0] < 2 or lay[1] < 2:
+            raise ValueError(
+                f"{o}.imperfections: crosstalk needs a grid layout (ny, nx, 3) with nx, ny >= 2, "
+                f"got probe layout {lay}"
+            )
+
+    def _stage_values(self) -> dict:
+        """``{stage: whether its option is non-zero}`` (concrete options; subclasses)."""
+        return {}
+
+    def _derive(self) -> dict:
+        o = type(self).__name__
+        return {"active_stages": resolve_stages(o, self.stages, self.STAGES, self._stage_values())}
+
+    # ------------------------------------------------------------------ reset
+
+    def reset_gain_and_chain(self, key, dtype=None):
+        """A reset's draws: ``(probe_gain [N], chain state [C, N])``. The gain is
+        ``probe_gain`` or, with ``probe_gain_resample_range=(lo, hi)``, drawn ``U(lo, hi)``
+        per probe from ``key``; dead taxels are drawn by the imperfection chain."""
+        dtype = dtype or jnp.result_type(float)
+        g = self.per_probe(self.probe_gain, dtype)
+        k_gain = k_chain = None
+        if key is not None:
+            k_gain, k_chain = jax.random.split(key)
+        if self.probe_gain_resample_range is not None:
+            if key is None:
+                raise ValueError(
+                    f"key: {type(self).__name__}.init_state needs a PRNG key to resample "
+                    "probe_gain"
+                )
+            lo, hi = self.probe_gain_resample_range
+            g = jax.random.uniform(k_gain, g.shape, dtype, lo, hi)
+        chain = self.imperfections.init(k_chain, self.n_probes, self.N_CHANNELS, dtype)
+        return g, chain

@@ -1,0 +1,480 @@
+"""ProximityTaxel: force and torque from the tracked points inside each probe's sensing sphere.
+
+Formulas, defaults and quirks follow Genesis World 1.4.5's ``ProximityTaxel``. The sensor is
+not contact-gated: every body of ``inputs.bodies`` with ``inputs.body_mask`` True is tracked
+(Genesis: the ``track_link_idx`` links), through a :class:`~difftaxel.sensors.TrackedPoints`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import pose as _pose
+from .._numerics import cross, dot, safe_norm
+from .._numerics import eps as _eps
+from .._pytree import derived_field, pytree_dataclass, replace, static_field
+from ..crosstalk import grid_axes, grid_metadata
+from ..geometry.planes import affine_planes
+from ..imperfections import ChainState
+from .base import (
+    ProbeSensor,
+    Reading,
+    SensorInputs,
+    TaxelReading,
+    check_inputs_trace,
+    check_length,
+    check_per_probe,
+    check_scalar,
+    noised_radius,
+    split3,
+)
+from .tracked import TrackedPoints, motion_planes
+
+Array = jax.Array
+
+__all__ = ["ProximityState", "ProximityTaxel", "check_normals"]
+
+
+@pytree_dataclass
+class ProximityState:
+    """Per-episode state of a ProximityTaxel (one environment).
+
+    Attributes:
+      probe_gain: ``[N]`` gain this episode.
+      chain: imperfection-chain state (``[6, N]``: force then torque).
+      candidate_overflow: ``[]`` bool, sticky since the reset: True once a step found more
+        tracked points near the probes than ``max_candidates`` holds (that step's readings
+        missed the points beyond the capacity; rebuild with a larger one). Always False without
+        a capacity.
+    """
+
+    probe_gain: Array
+    chain: ChainState
+    candidate_overflow: Array
+
+
+def check_normals(name, normal, layout):
+    """``probe_local_normal``: ``(3,)``, ``(N, 3)`` or ``(*layout, 3)`` non-zero vectors (link
+    frame), normalised and kept in their shape."""
+    a = np.asarray(normal, dtype=float)
+    n = int(np.prod(layout))
+    if a.shape not in ((3,), (n, 3), tuple(layout) + (3,)):
+        raise ValueError(
+            f"{name}.probe_local_normal: expected shape (3,) or ({n}, 3), got {a.shape}"
+        )
+    nrm = np.linalg.norm(a, axis=-1, keepdims=True)
+    if np.any(nrm < 1e-12) or not np.all(np.isfinite(a)):
+        raise ValueError(f"{name}.probe_local_normal: expected non-zero finite vectors")
+    return jnp.asarray(a / nrm, jnp.result_type(float))
+
+
+
+def _rows_times(v: Array, R: Array) -> Array:
+    """``v @ R`` for ``v [N, 3]``, ``R [3, 3]`` (rows rotated by ``R^T``), written out: XLA's
+    CPU backend sends the tiny ``[N, 3] x [3, 3]`` product to a library GEMM, where the nine
+    products fuse into the surrounding kernel."""
+    return jnp.stack(
+        [v[:, 0] * R[0, j] + v[:, 1] * R[1, j] + v[:, 2] * R[2, j] for j in range(3)], -1
+    )
+
+
+def _pair_sums(p, radii, x, mask, block: int, with_d: bool, feats: tuple = ()):
+    """Sums over points of ``P = R - d`` for ``0 < d <= R`` (``d = |x - p|``), of
+    ``P (x - p)`` if ``with_d``, and of ``P f`` for each per-point feature ``f`` in ``feats``.
+
+    Args:
+      p: probe positions, three ``[N]`` planes (world, m).
+      radii: ``[B, N]`` sensing radii (m), one row per radius branch.
+      x: point positions, three ``[K]`` planes (world, m).
+      mask: ``[K]`` bool, points that count.
+      block: points per loop iteration (static); the iteration is unrolled.
+      with_d: also return ``D = sum P (x - p)``.
+      feats: ``[K]`` per-point features (e.g. a point's velocity components).
+
+    Returns:
+      ``(S, D, F)``: ``S [B, N]``; ``D`` a tuple of three ``[B, N]`` planes or None; ``F`` a
+      tuple of one ``[B, N]`` sum per feature.
+
+    A ``lax.scan`` over blocks of points, unrolled inside, on ``[B, N]`` accumulators: XLA's
+    CPU backend fuses each block into one loop over the probes, where a per-block product
+    ``P @ features`` (the earlier form) was a batched library GEMM of tiny matrices. XLA
+    evaluates every output of a fusion separately, so the sums travel in pairs as complex
+    accumulators (``S + i D_x``, ``D_y + i D_z``, ...): the pair arithmetic is done once per
+    accumulator, not once per sum.
+    """
+    px, py, pz = p
+    K = x[0].shape[0]
+    n_blocks = -(-K // max(1, block))
+    C = -(-K // n_blocks)  # blocks of equal size <= block, the least padding
+    pad = n_blocks * C - K
+    if pad:
+        x = tuple(jnp.concatenate([q, jnp.full((pad,), 1e6, q.dtype)]) for q in x)
+        mask = jnp.concatenate([mask, jnp.zeros((pad,), bool)])
+        feats = tuple(jnp.concatenate([f, jnp.zeros((pad,), f.dtype)]) for f in feats)
+    xs = tuple(q.reshape(n_blocks, C) for q in (*x, mask, *feats))
+    dtype = radii.dtype
+    eps = _eps(dtype)
+    r2 = radii * radii
+    n_terms = 1 + 3 * bool(with_d) + len(feats)
+
+    def body(acc, blk):
+        cx, cy, cz, cm, *cf = blk
+        for k in range(C):
+            dx, dy, dz = cx[k] - px, cy[k] - py, cz[k] - pz  # [N]
+            d2 = dx * dx + dy * dy + dz * dz
+            pos = d2 > 0
+            dist = jnp.where(pos, jnp.sqrt(jnp.where(pos, d2, 1.0)), 0.0)
+            hit = (d2[None] <= r2) & (dist[None] > eps) & cm[k]  # [B, N]
+            P = jnp.where(hit, radii - dist[None], 0.0)
+            t = [P]
+            if with_d:
+                t += [P * dx[None], P * dy[None], P * dz[None]]
+            t += [P * f[k] for f in cf]
+            acc = tuple(
+                a + (jax.lax.complex(t[2 * j], t[2 * j + 1]) if 2 * j + 1 < n_terms else t[2 * j])
+                for j, a in enumerate(acc)
+            )
+        return acc, None
+
+    ctype = jnp.result_type(dtype, jnp.complex64)
+    acc0 = tuple(
+        jnp.zeros(radii.shape, ctype if 2 * j + 1 < n_terms else dtype)
+        for j in range((n_terms + 1) // 2)
+    )
+    acc, _ = jax.lax.scan(body, acc0, xs)
+    sums = []
+    for a in acc:
+        sums += [a.real, a.imag] if jnp.iscomplexobj(a) else [a]
+    D = tuple(sums[1:4]) if with_d else None
+    return sums[0], D, tuple(sums[1 + 3 * bool(with_d) :])
+
+
+@pytree_dataclass(kw_only=True)
+class ProximityTaxel(ProbeSensor):
+    """Force and torque per probe from the tracked points inside its sensing sphere.
+
+    Per probe at world position ``p`` with world unit normal ``a = R n / (|R n| + eps)``, every
+    tracked point at distance ``0 < d <= R`` contributes ``P = R - d``:
+    ``S = sum P``, ``V = sum P v_t`` (tangential velocity of the point relative to the taxel),
+    ``W = sum P (w_obj - w_link) . a``. With ``kappa = density_scalar / max(1, M)``:
+
+    * ``F = stiffness kappa S a + shear_coupling kappa V`` (world; along **+ the probe
+      normal**, out of the sensor, unlike KinematicTaxel);
+    * ``T = (p - x_link) x F - twist_scalar (W / S) a`` (about the link origin; the twist term
+      is 0 when ``S <= eps``).
+
+    Outputs are rotated into the link frame: ``TaxelReading`` of ``[*layout, 3]`` arrays. The
+    measured branch uses the noised radius and multiplies ``S`` and ``V`` by ``probe_gain``.
+    The loop over points takes ``point_chunk`` points per iteration (static, unrolled,
+    default 8): the forward pass holds ``O(N)`` accumulators per environment whatever the
+    number of points, the reverse pass stores ``O(N)`` per point; a larger block compiles
+    longer for no faster step.
+
+    ``max_candidates`` (static int, default None = every tracked point against every probe)
+    turns on a spatial pre-selection, the capacity-and-overflow pattern of JAX-MD's neighbour
+    lists: each step keeps only the tracked points inside the probes' axis-aligned bounding
+    box (link frame) grown by the sensing radius, the first ``max_candidates`` of them in
+    point order, and evaluates those against every probe. The readings are exactly the
+    unselected ones whenever at most ``max_candidates`` points are inside; a step with more
+    sets ``state.candidate_overflow`` (sticky until the next reset) and misses the rest, so
+    check it after a rollout and rebuild with a larger capacity. Cost falls from ``N * M`` to
+    ``N * max_candidates`` pairs plus ``O(M)`` for the selection.
+
+    Stages: ``"radius_noise"`` (``probe_radius_noise``: a second, noised radius branch) and
+    ``"shear"`` (``shear_coupling``: the tangential-velocity sums). The imperfections may
+    include crosstalk (grid layouts; the grid normal is the mean probe normal).
+
+    ``smoothing`` (m, default 0 = exact) weights the twist term by ``S / (S + smoothing^2)``
+    instead of switching it on with the first point.
+    """
+
+    probe_local_pos: Array
+    track_points: TrackedPoints
+    probe_radius_noise: Array = 0.0
+    probe_local_normal: Array = (0.0, 0.0, 1.0)
+    stiffness: Array = 100.0
+    shear_coupling: Array = 0.0
+    twist_scalar: Array = 1.0
+    density_scalar: Array = 100.0
+    point_chunk: int = static_field(8)
+    max_candidates: int | None = static_field(None)
+    smoothing: float = static_field(0.0)
+    crosstalk_support: tuple | None = derived_field(None)
+
+    STAGES = ("radius_noise", "shear")
+    N_CHANNELS = 6
+    CROSSTALK = True
+    _STAGE_OF = {"probe_radius_noise": "radius_noise", "shear_coupling": "shear"}
+
+    def _check_field(self, name, v):
+        o = "ProximityTaxel"
+        if name == "probe_radius":
+            return check_per_probe(o, name, v, self.layout, strict=True)
+        if name == "track_points":
+            if not isinstance(v, TrackedPoints):
+                raise TypeError(f"{o}.track_points: expected TrackedPoints, got {type(v).__name__}")
+            return v
+        if name == "probe_local_normal":
+            return check_normals(o, v, self.layout)
+        if name in ("probe_radius_noise", "stiffness", "shear_coupling", "twist_scalar"):
+            return check_scalar(o, name, v, lo=0)
+        if name == "density_scalar":
+            return check_scalar(o, name, v, lo=0)
+        if name == "point_chunk":
+            if isinstance(v, bool) or int(v) != v or int(v) < 1:
+                raise ValueError(f"{o}.point_chunk: expected an int >= 1, got {v!r}")
+            return int(v)
+        if name == "max_candidates":
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{o}.max_candidates: expected None or an int >= 1, got {v!r}")
+            return int(v)
+        if name == "smoothing":
+            return check_length(o, name, v)
+        return super()._check_field(name, v)
+
+    def _stage_values(self):
+        return {
+            "radius_noise": float(self.probe_radius_noise) > 0,
+            "shear": float(self.shear_coupling) > 0,
+        }
+
+    def _derive(self):
+        d = super()._derive()
+        if self.imperfections.has_crosstalk:
+            s_v, s_u, _, _ = grid_metadata(np.asarray(self.probe_local_pos))
+            if s_u < 1e-12 or s_v < 1e-12:
+                raise ValueError("ProximityTaxel.probe_local_pos: degenerate grid spacing for crosstalk")
+            d["crosstalk_support"] = self.imperfections.crosstalk_support((s_v, s_u))
+        return d
+
+    def flat_normals(self, dtype) -> Array:
+        """``[N, 3]`` unit probe normals (link frame)."""
+        n = self.probe_local_normal.astype(dtype).reshape(-1, 3)
+        return jnp.broadcast_to(n, (self.n_probes, 3))
+
+    def init_state(self, key=None) -> ProximityState:
+        """Per-episode state (a reset): gains and dead taxels drawn from ``key`` if configured."""
+        g, chain = self.reset_gain_and_chain(key)
+        return ProximityState(probe_gain=g, chain=chain, candidate_overflow=jnp.zeros((), bool))
+
+    def _candidates(self, inputs: SensorInputs, radii: Array, dtype):
+        """Body-frame positions (a tuple of three ``[K]`` planes) and segment index ``[K]`` of
+        the first ``K = max_candidates`` tracked points inside the probes' bounding box, their
+        mask ``[K]``, and whether more than ``K`` were inside (``[]`` bool).
+
+        The box is the axis-aligned box of the (traced) probe positions in the link frame,
+        grown by the largest sensing radius: a point outside it is farther than its radius from
+        every probe and contributes nothing. The selection carries no gradient (it is
+        piecewise constant); the selected points are moved to the world frame by the caller.
+        """
+        K = int(self.max_candidates)
+        track = self.track_points
+        bodies = inputs.bodies
+        sg = jax.lax.stop_gradient
+        T = sg(inputs.T_world_link)
+        body_mask = jnp.asarray(inputs.body_mask)
+        pts = track.points.astype(dtype)
+        planes = (pts[:, 0], pts[:, 1], pts[:, 2])  # [M] each, body frames
+        local, start = [[], [], []], 0
+        for b, c in track.segments:
+            T_lb = sg(_pose.relative(T, bodies.poses[b].astype(dtype)))
+            R_lb, t_lb = _pose.quat_to_matrix(T_lb[3:]), T_lb[:3]
+            seg = affine_planes(R_lb, t_lb, *(q[start : start + c] for q in planes))
+            for i in range(3):  # link frame
+                local[i].append(seg[i])
+            start += c
+        local = [jnp.concatenate(q) for q in local]  # [M] each
+        msk = jnp.concatenate([jnp.broadcast_to(body_mask[b], (c,)) for b, c in track.segments])
+        q = sg(self.flat_positions(dtype))
+        rmax = sg(jnp.max(radii))
+        # a relative margin keeps points whose world-frame distance rounds to <= R inside
+        scale = jnp.max(jnp.abs(q)) + jnp.max(jnp.abs(T[:3])) + rmax
+        margin = rmax * (1.0 + 1e-3) + 64 * _eps(dtype) * scale
+        lo = jnp.min(q, 0) - margin  # [3]
+        hi = jnp.max(q, 0) + margin
+        inside = msk
+        for i in range(3):
+            inside = inside & (local[i] >= lo[i]) & (local[i] <= hi[i])
+        cum = jnp.cumsum(inside.astype(jnp.int32))
+        count = cum[-1]
+        # index of the k-th inside point (k = 1..K): first position where the count reaches k
+        idx = jnp.searchsorted(
+            cum, jnp.arange(1, K + 1, dtype=jnp.int32), side="left", method="scan_unrolled"
+        )
+        idx = jnp.minimum(idx, track.n_points - 1)
+        valid = jnp.arange(K) < count
+        pb = tuple(q[idx] for q in planes)  # [K] each, body frames
+        seg_id = None
+        if len(track.segments) > 1:
+            seg_of = np.repeat(np.arange(len(track.segments)), [c for _, c in track.segments])
+            seg_id = jnp.asarray(seg_of.astype(np.int32))[idx]
+        return pb, seg_id, valid, count > K
+
+    def _groups(self, inputs: SensorInputs, radii: Array, dtype):
+        """The tracked points as groups ``(body, world positions (three planes), mask)``, and
+        the overflow flag. Exhaustive: one group per segment, its own points. With
+        ``max_candidates``: one group of the selected candidates; with several segments its
+        body is None, the candidates are moved by their own bodies and the group carries
+        their world velocities and spins (see :meth:`_accumulate`)."""
+        bodies = inputs.bodies
+        segs = self.track_points.segments
+        self.track_points.check_bodies(bodies)
+        body_mask = jnp.asarray(inputs.body_mask)
+
+        def world(b, pb):
+            T_b = bodies.poses[b].astype(dtype)
+            return affine_planes(_pose.quat_to_matrix(T_b[3:]), T_b[:3], *pb)
+
+        use_cand = self.max_candidates is not None
+        if use_cand and self.max_candidates < self.track_points.n_points:
+            pb, seg_id, valid, overflow = self._candidates(inputs, radii, dtype)
+            if seg_id is None:
+                b = segs[0][0]
+                return [(b, world(b, pb), valid & body_mask[b])], overflow
+            # several bodies: each candidate moved by its own body (selects over segments)
+            mot, m = None, jnp.zeros_like(valid)
+            for j, (b, _) in enumerate(segs):
+                on = seg_id == j
+                new = motion_planes(
+                    bodies.poses[b].astype(dtype), bodies.twists[b].astype(dtype), *pb
+                )
+                mot = new if mot is None else jax.tree.map(
+                    lambda n, o, on=on: jnp.where(on, n, o), new, mot
+                )  # fmt: skip
+                m = m | (valid & on & body_mask[b])
+            pos, vel, ang = mot
+            return [(None, pos, m, (vel, ang))], overflow
+        groups, start = [], 0
+        pts = self.track_points.points.astype(dtype)
+        for b, c in segs:
+            if c:
+                seg = tuple(pts[start : start + c, i] for i in range(3))
+                groups.append((b, world(b, seg), jnp.broadcast_to(body_mask[b], (c,))))
+            start += c
+        return groups, jnp.zeros((), bool)
+
+    def _accumulate(self, inputs: SensorInputs, radii: Array):
+        """``S [B, N]``, ``V [B, N, 3]``, ``W [B, N]`` for each radius branch ``radii [B, N]``,
+        and whether the candidate capacity overflowed (``[]`` bool).
+
+        A tracked body moves rigidly, so its points' velocities are affine in their positions:
+        per body ``b`` (origin ``x_b``, twist ``(v_b, w_b)``), ``sum P v = v_b S_b + w_b x
+        (D_b + (p - x_b) S_b)`` and ``sum P w = w_b S_b`` with ``S_b = sum P`` and ``D_b =
+        sum P (x - p)`` over its points. So a group of one body's points only sums ``P`` and
+        ``P (x - p)`` (:func:`_pair_sums`; with ``shear_coupling == 0`` only ``P``). The
+        candidates of several bodies go through one loop that sums ``P`` times each point's
+        own velocity and spin (7 sums, or 4 without shear) instead of one loop per body."""
+        T = inputs.T_world_link
+        dtype = T.dtype
+        R = _pose.quat_to_matrix(T[3:])
+        p = _pose.matrix_apply(R, T[:3], self.flat_positions(dtype))  # [N, 3]
+        a = _pose.matrix_apply(R, jnp.zeros(3, dtype), self.flat_normals(dtype))
+        a = a / (safe_norm(a, keepdims=True) + _eps(dtype))
+        tl = inputs.twist_link.astype(dtype)
+        v_tax = tl[None, :3] + cross(tl[None, 3:], p - T[None, :3])
+        groups, overflow = self._groups(inputs, radii, dtype)
+        pp = (p[:, 0], p[:, 1], p[:, 2])
+        S = jnp.zeros(radii.shape, dtype)
+        Pv = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
+        Pw = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
+        chunk = int(self.point_chunk)
+        for b, world, m, *motion in groups:
+            if b is None:  # candidates of several bodies: per-point velocity and spin
+                v, w = motion[0]
+                feats = (*v, *w) if self.stage_on("shear") else tuple(w)
+                Sb, _, F = _pair_sums(pp, radii, world, m, chunk, False, feats)
+                S = S + Sb
+                for i in range(3):
+                    Pw[i] = Pw[i] + F[-3 + i]
+                    if self.stage_on("shear"):
+                        Pv[i] = Pv[i] + F[i]
+                continue
+            Sb, D, _ = _pair_sums(pp, radii, world, m, chunk, self.stage_on("shear"))
+            tw = inputs.bodies.twists[b].astype(dtype)
+            w = tw[3:]
+            S = S + Sb
+            for i in range(3):
+                Pw[i] = Pw[i] + w[i] * Sb
+            if D is not None:
+                x_b = inputs.bodies.poses[b, :3].astype(dtype)
+                r = [D[i] + (pp[i] - x_b[i])[None] * Sb for i in range(3)]  # sum P (x - x_b)
+                Pv[0] = Pv[0] + tw[0] * Sb + w[1] * r[2] - w[2] * r[1]
+                Pv[1] = Pv[1] + tw[1] * Sb + w[2] * r[0] - w[0] * r[2]
+                Pv[2] = Pv[2] + tw[2] * Sb + w[0] * r[1] - w[1] * r[0]
+        Pv, Pw = jnp.stack(Pv, -1), jnp.stack(Pw, -1)
+        # V = sum P (v_pt - v_tax)_t ; W = sum P (w_pt - w_link) . a
+        Vr = Pv - S[..., None] * v_tax[None]
+        V = Vr - a[None] * dot(Vr, a[None], keepdims=True)
+        W = dot(Pw, a[None]) - S * dot(tl[None, 3:], a)[None]
+        return S, V, W, p, a, R, overflow
+
+    def forces(self, state: ProximityState, inputs: SensorInputs, key=None):
+        """Flat ``(measured, ground_truth)`` :class:`TaxelReading` with ``[N, 3]`` arrays,
+        before the imperfection chain."""
+        m, g, _ = self._forces(state, inputs, key)
+        return m, g
+
+    def _forces(self, state: ProximityState, inputs: SensorInputs, key=None):
+        check_inputs_trace(inputs)
+        dtype = inputs.T_world_link.dtype
+        r = self.per_probe(self.probe_radius, dtype)
+        if self.stage_on("radius_noise"):  # static: a second radius branch only when it can differ
+            r_m = noised_radius(r, self.probe_radius_noise, key)
+            S, V, W, p, a, R, over = self._accumulate(inputs, jnp.stack([r, r_m]))
+        else:
+            S, V, W, p, a, R, over = self._accumulate(inputs, r[None])
+            S, V, W = (jnp.concatenate([x, x]) for x in (S, V, W))
+        eps = _eps(dtype)
+        kappa = self.density_scalar / max(1, self.track_points.n_points)
+        out = []
+        for b, gain in ((0, 1.0), (1, state.probe_gain)):
+            Sb, Vb, Wb = S[b], V[b], W[b]
+            pos = Sb > eps
+            wbar = jnp.where(pos, Wb / jnp.where(pos, Sb, 1.0), 0.0)
+            if self.smoothing > 0:
+                wbar = Wb / (Sb + self.smoothing**2)
+            if b:
+                Sg, Vg = Sb * gain, Vb * gain[:, None]
+            else:
+                Sg, Vg = Sb, Vb
+            F = self.stiffness * kappa * Sg[:, None] * a
+            if self.stage_on("shear"):
+                F = F + self.shear_coupling * kappa * Vg
+            Tq = cross(p - inputs.T_world_link[None, :3], F) - self.twist_scalar * wbar[:, None] * a
+            out.append(TaxelReading(_rows_times(F, R), _rows_times(Tq, R)))
+        return out[1], out[0], over
+
+    def crosstalk_args(self, dtype):
+        """The grid arguments of :meth:`Imperfections.apply_crosstalk`: active probes, grid
+        shape, static support, traced spacings ``[2]`` and the mean probe normal ``[3]``."""
+        s_v, s_u, _, _ = grid_axes(self.probe_local_pos.astype(dtype))
+        n = jnp.mean(self.flat_normals(dtype), 0)
+        n = n / jnp.sqrt(jnp.sum(n * n))
+        active = jnp.ones((self.n_probes,), bool)
+        return active, self.layout, self.crosstalk_support, jnp.stack([s_v, s_u]), n
+
+    def step(self, state: ProximityState, inputs: SensorInputs, key=None):
+        """One reading: force (N) and torque (N*m), ``[*layout, 3]``, sensor link frame.
+
+        With ``max_candidates`` set, ``state.candidate_overflow`` comes back True (and stays
+        so until the next reset) on a step with more candidate points than the capacity.
+        """
+        k_r, k_hw, k_d = split3(key)
+        m, g, over = self._forces(state, inputs, k_r)
+        state = replace(state, candidate_overflow=state.candidate_overflow | over)
+        imp = self.imperfections
+        gshp = self.layout + (3,)
+        truth = TaxelReading(g.force.reshape(gshp), g.torque.reshape(gshp))
+        if imp.is_identity:  # no chain: no [6, N] round trip (a copy of both readings)
+            return state, Reading(TaxelReading(m.force.reshape(gshp), m.torque.reshape(gshp)), truth)
+        v = jnp.concatenate([m.force.T, m.torque.T], axis=0)  # [6, N]
+        xt = self.crosstalk_args(v.dtype) if imp.has_crosstalk else None
+        chain, v = imp.run(state.chain, v, inputs.dt, k_hw, k_d, crosstalk=xt)
+        state = replace(state, chain=chain)
+        shp = ((imp.history_length,) if imp.history_length else ()) + gshp
+        F, T = jnp.swapaxes(v[..., :3, :], -1, -2), jnp.swapaxes(v[..., 3:, :], -1, -2)
+        return state, Reading(TaxelReading(F.reshape(shp), T.reshape(shp)), truth)
