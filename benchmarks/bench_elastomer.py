@@ -43,7 +43,7 @@ def main():
         kw = dict(track_points=track, probe_radius=0.001, lambda_d=5e4, shear_scale=0.0)
         fft = ElastomerTaxel(probe_local_pos=grid, **kw)
         direct = ElastomerTaxel(probe_local_pos=grid.reshape(-1, 3), **kw).replace(
-            dilation_reg=fft.dilation_reg
+            dilation_reg=float(fft.dilation_length())
         )
         # a spherical indentation cap per environment, random centres
         c = rng.uniform(-half / 2, half / 2, (E, 2))

@@ -59,8 +59,7 @@ def safe_pow(x: Array, p: Array) -> Array:
     gives ``0 * -inf = NaN`` there.
 
     Written as ``exp(p log x)``: XLA's CPU backend vectorises ``exp`` and ``log`` but lowers a
-    ``pow`` with a traced exponent to a scalar call per element (~2x slower for the whole
-    KinematicTaxel step).
+    ``pow`` with a traced exponent to a scalar call per element.
     """
     pos = x > 0
     xs = jnp.where(pos, x, 1.0)
@@ -129,7 +128,7 @@ def _is_last3(x: Array, axis: int) -> bool:
 
 def _sum_last3(x: Array, keepdims: bool) -> Array:
     """Sum over a trailing axis of size 3, written out: XLA's CPU backend hands a reduce over
-    a size-3 minor axis to a library reduction that took 16 ms for ``[1024, 121, 3]``
-    (ProximityTaxel step, profiled) where the two adds fuse into the surrounding kernel."""
+    a size-3 minor axis to a library reduction, where the two adds fuse into the surrounding
+    kernel."""
     s = x[..., 0] + x[..., 1] + x[..., 2]
     return s[..., None] if keepdims else s

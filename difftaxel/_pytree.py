@@ -142,17 +142,25 @@ class Options:
                     f"at construction; build the {name} outside jit and use "
                     f"replace({f.name}=value) to trace or differentiate an option"
                 )
-        for f in dataclasses.fields(self):
-            if f.init:
-                object.__setattr__(self, f.name, self._check_field(f.name, getattr(self, f.name)))
-        for k, v in self._derive().items():
-            object.__setattr__(self, k, v)
+        # host checks on concrete values, also when the options are built inside a trace
+        with jax.ensure_compile_time_eval():
+            for f in dataclasses.fields(self):
+                if f.init:
+                    v = self._check_field(f.name, getattr(self, f.name))
+                    object.__setattr__(self, f.name, v)
+            for k, v in self._derive().items():
+                object.__setattr__(self, k, v)
 
     def _check_field(self, name: str, value):
         return value
 
     def _derive(self) -> dict:
         return {}
+
+    def _accepts_shape(self, name: str, shape: tuple) -> bool:
+        """Whether a traced option may take ``shape`` in place of its stored one (e.g. a
+        per-probe option given as a scalar, ``[N]`` or ``[*layout]``)."""
+        return False
 
     def stage_on(self, stage: str) -> bool:
         """Static: whether ``stage`` runs (resolved at construction; see ``stages``)."""
@@ -171,7 +179,7 @@ class Options:
           values.
         * Some value traced (inside ``jit``, ``grad``, ``vmap``): the options are set as given,
           after these checks: a traced option must keep its stored shape (a scalar broadcasts
-          up) or, for a nested pytree, its static structure; an option whose stage is off
+          up; per-probe options take any of their documented shapes) or, for a nested pytree, its static structure; an option whose stage is off
           raises (a stage's static switch cannot change under a trace: enable it at
           construction, e.g. ``stages=(...)`` or a non-zero value, and then trace its
           value); a static option that derived data depends on raises (set it before tracing);
@@ -213,10 +221,12 @@ class Options:
                     f"{name}.{k}: derived static data depends on it, and this {name} holds "
                     f"traced options; set {k} on a concrete {name} (outside jit) before tracing"
                 )
-            return self._check_field(k, v)
+            with jax.ensure_compile_time_eval():
+                return self._check_field(k, v)
         old = getattr(self, k)
         if not has_tracer(v):
-            v = self._check_field(k, v)
+            with jax.ensure_compile_time_eval():
+                v = self._check_field(k, v)
         old_leaves, old_def = jax.tree_util.tree_flatten(old)
         new_leaves, new_def = jax.tree_util.tree_flatten(v)
         if old_def != new_def:
@@ -226,7 +236,7 @@ class Options:
             )
         if len(old_leaves) == 1 and old_def.num_nodes == 1:  # a single array leaf
             want, got = np.shape(old), np.shape(v)
-            if want != got:
+            if want != got and not self._accepts_shape(k, got):
                 try:
                     v = jax.numpy.broadcast_to(v, want)
                 except ValueError:

@@ -198,10 +198,10 @@ class Imperfections(Options):
         if name == "dead_taxel_probability":
             return _array(o, name, v, lo=0, hi=1, scalar=True)
         if name == "dead_taxel_value_range":
-            a = _array(o, name, v)
-            if a.shape != (2,) or float(a[0]) > float(a[1]):
+            a = np.asarray(_array(o, name, v))
+            if a.shape != (2,) or a[0] > a[1]:
                 raise ValueError(f"{o}.{name}: expected (lo, hi) with lo <= hi, got {v!r}")
-            return a
+            return jnp.asarray(a)
         if name == "crosstalk_kernel":
             if v is None:
                 return None
@@ -295,7 +295,9 @@ class Imperfections(Options):
         if "jitter" in active:
             tol = 1e-12
             if delay <= 0 or jit > delay + tol:
-                raise ValueError(f"{o}.jitter: expected <= delay ({delay}) and delay > 0, got {jit}")
+                raise ValueError(
+                    f"{o}.jitter: expected <= delay ({delay}) and delay > 0, got {jit}"
+                )
             if jit > self.dt + tol:
                 raise ValueError(f"{o}.jitter: expected <= dt ({self.dt}), got {jit}")
         return {"active_stages": active}

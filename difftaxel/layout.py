@@ -1,7 +1,7 @@
 """Taxel layouts: planar grids, rings on sphere caps, Gaussian crosstalk kernels.
 
 The grid and kernel helpers reproduce Genesis 1.4.5's semantics and output order exactly
-(GENESIS_MODELS.md section 11) so a layout can move between the two libraries.
+so a layout can move between the two libraries.
 """
 
 from __future__ import annotations

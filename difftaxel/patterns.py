@@ -1,6 +1,6 @@
 """DEX-01 style taxel patterns, tactile images and the depth-weighted normal-force split.
 
-A pattern (``shared/reference/CONTRACTS.md`` section 2, seed ``003_*``) is an NPZ with
+A pattern (the DEX-01 tactile data contract's layout file) is an NPZ with
 
 * ``poses [N, 3, 4]``: columns 0..2 a proper rotation whose third column is the outward surface
   normal, column 3 the position (sensor frame, m);

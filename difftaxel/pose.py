@@ -1,6 +1,6 @@
 """Rigid poses and unit quaternions, stored as arrays.
 
-Conventions (see DESIGN.md):
+Conventions:
 
 * A **quaternion** is an array ``(..., 4)`` in **(x, y, z, w)** order (scalar last), unit norm.
   Genesis and Isaac Lab store (w, x, y, z): convert only at the boundary with
@@ -373,7 +373,7 @@ def matrix_apply(R: Array, t: Array, p: Array) -> Array:
     """``R p + t`` for one rotation matrix ``R [3, 3]`` / ``t [3]`` and many points ``p [..., 3]``.
 
     Written out elementwise (9 multiply-adds per point): for transforming many points by one
-    pose this is ~3x cheaper than the quaternion sandwich and fuses on every backend.
+    pose this is cheaper than the quaternion sandwich and fuses on every backend.
     """
     x, y, z = p[..., 0], p[..., 1], p[..., 2]
     return jnp.stack([R[i, 0] * x + R[i, 1] * y + R[i, 2] * z + t[i] for i in range(3)], axis=-1)

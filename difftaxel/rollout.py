@@ -34,7 +34,7 @@ def _scan_steps(step, state, inputs_seq, keys, checkpoint: bool):
         # data-dependent (the step index), so XLA materialises the readings before they are
         # written into the stacked outputs. A plain body let XLA's CPU backend fuse the whole
         # sensor kernel into the per-step dynamic-update-slice of every reading, once per
-        # output and not vectorised: 3x slower per step (benchmarks/RESULTS.md, 2026-12-04).
+        # output and not vectorised.
         # Not on accelerators: there a conditional may read its predicate on the host.
         return jax.lax.cond(t >= 0, step, skip, st, inp, k)
 
@@ -85,8 +85,7 @@ def rollout_envs(
 
     ``time_major=True`` (static) scans a vmapped step instead of vmapping a scan: the same
     values (each environment splits its key into the same per-step keys), without the final
-    transpose of every reading from ``[T, E]`` to ``[E, T]``, which cost about a quarter of
-    a KinematicTaxel rollout step at 1024 environments on the CPU (``benchmarks/RESULTS.md``).
+    transpose of every reading from ``[T, E]`` to ``[E, T]`` (a full pass over the readings).
     """
     if time_major:
         T = jax.tree_util.tree_leaves(inputs_seq)[0].shape[0]
@@ -142,9 +141,8 @@ def vmap_envs(f, in_axes=0, *, grad_chunk: int | None = None):
 
     Why: a vmapped sensor step's backward pass is a chain of elementwise passes over
     ``[E, N]`` arrays. Once those no longer fit in cache (11 x 11 taxels: a few thousand
-    environments on a CPU), each pass runs at memory bandwidth. Chunks that fit in cache
-    made the KinematicTaxel value-and-gradient at 4096 environments 1.8x faster on the
-    2-core CPU of ``benchmarks/RESULTS.md``, recomputation included. The forward pass and
+    environments on a CPU), each pass runs at memory bandwidth; chunks that fit in cache
+    run faster, recomputation included. The forward pass and
     the values are unchanged: the chunking only changes how the cotangents are computed.
 
     With ``grad_chunk``:

@@ -1,6 +1,6 @@
 """Taxels on a tracked hand: the tactile data contract and linear blend skinning (LBS).
 
-The contract (``shared/reference/CONTRACTS.md`` section 1, seed ``000_*``):
+The tactile data contract:
 
 * :class:`HandJoint` - OpenXR ``XrHandJointEXT`` ordinals, ``PALM = 0`` .. ``LITTLE_TIP = 25``;
   :data:`NUM_JOINTS` (26) is a count, not a joint.

@@ -16,6 +16,7 @@ from difftaxel.geometry import (
     Cylinder,
     GridSDF,
     Plane,
+    Planes,
     Sphere,
     TriangleMesh,
     genesis_grid_spec,
@@ -266,7 +267,7 @@ def _unit(v):
 
 
 def test_query_in_frame_planes_match_world_query():
-    """The sensors' planar fast path (query_in_frame_xyz) equals the world query rotated into
+    """The planar query in a frame (the sensors' path) equals the world query rotated into
     the frame, for every analytic shape and for a grid SDF (which answers through its stacked
     sdf_local)."""
     grid = GridSDF.from_shape(Sphere(radius=0.05), n=12)
@@ -284,14 +285,16 @@ def test_query_in_frame_planes_match_world_query():
     b = Bodies(shapes, poses)
     T_wf = jnp.array([0.02, -0.01, 0.03, *P.quat_from_axis_angle(_unit([0, 1.0, 1]), 0.4)])
     pts = jnp.asarray(RNG.uniform(-0.12, 0.12, (64, 3)))
-    sd, n, mask = b.query_in_frame_xyz(T_wf, (pts[:, 0], pts[:, 1], pts[:, 2]))
+    q = b.query(Planes.from_array(pts), frame=T_wf)
+    sd, n, mask = q.sd, q.normal, q.mask
+    assert isinstance(n, Planes)
     ref = b.query(P.apply(T_wf[None], pts))
     np.testing.assert_allclose(sd, ref.sd, atol=1e-12)
     n_ref = P.inverse_rotate(T_wf[None, None], ref.normal)
     np.testing.assert_allclose(jnp.stack(n, -1), n_ref, atol=1e-9)
     assert mask.shape == sd.shape == (len(shapes), 64)
     # the stacked public form is the same query
-    qs = b.query_in_frame(T_wf, pts)
+    qs = b.query(pts, frame=T_wf)
     np.testing.assert_allclose(qs.normal, jnp.stack(n, -1), atol=0)
 
 
@@ -304,7 +307,7 @@ def test_box_normal_ties_inside_go_to_lowest_axis():
 
 
 def test_query_in_frame_gradients_match_fd():
-    """query_in_frame_xyz gradients w.r.t. the frame pose, the body poses and the points, for
+    """Planar query gradients w.r.t. the frame pose, the body poses and the points, for
     a sphere (queried on the frame's axes, no rotation) and a rotated box (through
     affine_planes), against float64 central differences."""
     shapes = (Sphere(radius=0.05, body=0, T_body_shape=[0.01, 0, 0.02, 0, 0, 0, 1]),
@@ -320,7 +323,8 @@ def test_query_in_frame_gradients_match_fd():
 
     def loss(p):
         b = b0.with_state(p["poses"])
-        sd, n, _ = b.query_in_frame_xyz(p["T"], tuple(p["pts"].T))
+        q = b.query(Planes(*p["pts"].T), frame=p["T"])
+        sd, n = q.sd, q.normal
         return jnp.sum(w * jnp.stack([sd, *n]))
 
     check_grad_fd(loss, {"poses": poses, "T": T_wf, "pts": pts}, n_directions=6)

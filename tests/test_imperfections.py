@@ -122,9 +122,9 @@ def test_history_newest_first_undelayed():
 def test_quantisation_bias_noise_walk():
     imp = Imperfections(resolution=0.01, bias=0.0)
     st = imp.init(None, 4, 1)
-    x = jnp.array([[0.005], [0.015], [0.0249], [-0.005]])  # half to even: 0, 0.02, 0.02, -0
+    x = jnp.array([[0.005, 0.015, 0.0249, -0.005]])  # [C, N]; half to even: 0, 0.02, 0.02, -0
     _, y = imp.apply_hardware(st, x, None)
-    np.testing.assert_allclose(y[:, 0], [0.0, 0.02, 0.02, 0.0], atol=1e-15)
+    np.testing.assert_allclose(y[0], [0.0, 0.02, 0.02, 0.0], atol=1e-15)
     g = jax.grad(lambda x: imp.apply_hardware(st, x, None)[1].sum())(x)
     np.testing.assert_array_equal(g, 0.0)  # plain rounding: zero gradient
     ste = Imperfections(resolution=0.01, straight_through=True)
@@ -133,11 +133,11 @@ def test_quantisation_bias_noise_walk():
     # bias and noise: mean and std over many channels; reparameterised gradient in noise
     big = Imperfections(noise=0.2, bias=0.5)
     sb = big.init(None, 2000, 3)
-    _, y = big.apply_hardware(sb, jnp.zeros((2000, 3)), jax.random.key(0))
+    _, y = big.apply_hardware(sb, jnp.zeros((3, 2000)), jax.random.key(0))
     assert abs(float(y.mean()) - 0.5) < 0.01 and abs(float(y.std()) - 0.2) < 0.01
     gn = jax.grad(
         lambda n: jnp.sum(
-            big.replace(noise=n).apply_hardware(sb, jnp.zeros((2000, 3)), jax.random.key(0))[1] ** 2
+            big.replace(noise=n).apply_hardware(sb, jnp.zeros((3, 2000)), jax.random.key(0))[1] ** 2
         )
     )(0.2)
     assert np.isfinite(gn) and gn > 0
@@ -145,7 +145,7 @@ def test_quantisation_bias_noise_walk():
     rw = Imperfections(random_walk=0.1)
     s = rw.init(None, 5000, 1)
     for k in range(4):
-        s, y = rw.apply_hardware(s, jnp.zeros((5000, 1)), jax.random.key(10 + k))
+        s, y = rw.apply_hardware(s, jnp.zeros((1, 5000)), jax.random.key(10 + k))
     assert abs(float(y.std()) - 0.1 * 2.0) < 0.01
 
 
@@ -221,7 +221,7 @@ def _box_muller_exact(br, ba, br2, ba2, f64):
 def test_box_muller_against_float64_including_extreme_words(dtype):
     # random words plus the extremes: radius word 0 (u = 2^-m, the largest radius) and all
     # ones (u = 1, r = 0); angle words at every quadrant edge
-    from difftaxel.imperfections import _box_muller
+    from difftaxel.draws import _box_muller
 
     rng = np.random.default_rng(0)
     w = lambda n: rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)  # noqa: E731
@@ -248,51 +248,50 @@ def test_box_muller_against_float64_including_extreme_words(dtype):
     assert np.all(r[-n_end:] == 0.0)
 
 
-def test_channels_first_chain_matches_channels_last():
-    """The chain run on ``[C, N]`` values (KinematicTaxel's layout) equals the ``[N, C]`` one,
-    with per-probe, per-channel options given ``[N, C]`` either way; noise scales given per
-    channel land on their channel."""
+def test_chain_layout_is_channels_first():
+    """The chain runs on ``[C, N]`` values; options given ``[N, C]``-broadcastable (per probe,
+    per channel) land on their probe and channel; a value in another layout is refused."""
     N, C = 50, 6
     rng = np.random.default_rng(0)
+    bias = rng.uniform(-0.1, 0.1, (N, C))
+    res = rng.uniform(0.01, 0.02, (1, C))
     imp = Imperfections(
         hysteresis_strength=0.4,
         hysteresis_tau=0.02,
-        bias=rng.uniform(-0.1, 0.1, (N, C)),
-        resolution=rng.uniform(0.01, 0.02, (1, C)),
+        bias=bias,
+        resolution=res,
         dead_taxel_probability=0.3,
         dead_taxel_value_range=(0.5, 0.7),
         delay=0.01,
         dt=0.005,
     )
-    key = jax.random.key(0)
-    st, st_cf = imp.init(key, N, C), imp.init(key, N, C, channels_first=True)
-    assert st_cf.hyst_xi.shape == (C, N) and st_cf.ring[0].shape == (C, N)
-    np.testing.assert_array_equal(st.dead, st_cf.dead)
+    st = imp.init(jax.random.key(0), N, C)
+    assert st.hyst_xi.shape == (C, N) and st.ring[0].shape == (C, N)
     assert 0 < int(st.dead.sum()) < N
+    a = np.exp(-0.005 / 0.02)
+    xi, prev, outs = np.zeros((C, N)), np.zeros((C, N)), []
     for _ in range(4):
-        v = jnp.asarray(rng.normal(size=(N, C)))
-        st, y = imp.apply_hysteresis(st, v, 0.005)
+        v = rng.normal(size=(C, N))
+        st, y = imp.apply_hysteresis(st, jnp.asarray(v), 0.005)
         st, y = imp.apply_hardware(st, y, None)
         st, y = imp.apply_delay(st, y, None)
-        st_cf, y_cf = imp.apply_hysteresis(st_cf, v.T, 0.005)
-        st_cf, y_cf = imp.apply_hardware(st_cf, y_cf, None)
-        st_cf, y_cf = imp.apply_delay(st_cf, y_cf, None)
-        np.testing.assert_allclose(y_cf.T, y, rtol=0, atol=1e-15)
-    assert np.any(np.asarray(y) != 0)
-    # per-channel noise scales, channels first
+        xi = a * xi + (v - prev)
+        prev = v
+        ref = v + 0.4 * xi + bias.T
+        ref = np.round(ref / res.T) * res.T
+        ref = np.where(np.asarray(st.dead)[None], np.asarray(st.dead_value)[None], ref)
+        outs.append(ref)
+        if len(outs) >= 3:  # delay 0.01 / dt 0.005 = 2 steps
+            np.testing.assert_allclose(y, outs[-3], rtol=0, atol=1e-12)
+    # per-channel noise scales
     sig = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     noisy = Imperfections(noise=sig[None, :])
-    _, z = noisy.apply_hardware(
-        noisy.init(None, 4000, C, channels_first=True),
-        jnp.zeros((C, 4000)),
-        jax.random.key(1),
-    )
+    _, z = noisy.apply_hardware(noisy.init(None, 4000, C), jnp.zeros((C, 4000)), jax.random.key(1))
     np.testing.assert_allclose(np.asarray(z).std(axis=1), sig, rtol=0.05)
-    # a value in the other layout than the state's is an error naming it
     with pytest.raises(ValueError, match=r"value: .*\[C, N\] layout"):
-        imp.apply_hardware(st_cf, jnp.zeros((N, C)), None)
-    with pytest.raises(ValueError, match=r"value: .*\[N, C\] layout"):
-        imp.apply_hysteresis(st, jnp.zeros((C, N)), 0.005)
+        imp.apply_hardware(st, jnp.zeros((N, C)), None)
+    with pytest.raises(ValueError, match=r"value: .*\[C, N\] layout"):
+        imp.apply_hysteresis(st, jnp.zeros((N, C)), 0.005)
 
 
 def test_hash_generator_in_the_chain():
@@ -300,30 +299,30 @@ def test_hash_generator_in_the_chain():
     and the same reparameterised gradient as the default one."""
     imp = Imperfections(noise=0.2, random_walk=0.05, noise_generator="hash")
     st = imp.init(None, 4000, 3)
-    st1, y = imp.apply_hardware(st, jnp.zeros((4000, 3)), jax.random.key(0))
+    st1, y = imp.apply_hardware(st, jnp.zeros((3, 4000)), jax.random.key(0))
     var = 0.2**2 + 0.05**2
     assert abs(float(y.std()) - np.sqrt(var)) < 0.01 and abs(float(y.mean())) < 0.01
     # the walk and the white noise are independent draws (not the same numbers)
     r = np.corrcoef(np.asarray(st1.walk).ravel(), np.asarray(y - st1.walk).ravel())[0, 1]
     assert abs(r) < 0.03
-    _, y2 = imp.apply_hardware(st, jnp.zeros((4000, 3)), jax.random.key(0))
+    _, y2 = imp.apply_hardware(st, jnp.zeros((3, 4000)), jax.random.key(0))
     np.testing.assert_array_equal(y, y2)
     g = jax.grad(
         lambda n: jnp.sum(
-            imp.replace(noise=n).apply_hardware(st, jnp.zeros((4000, 3)), jax.random.key(0))[1] ** 2
+            imp.replace(noise=n).apply_hardware(st, jnp.zeros((3, 4000)), jax.random.key(0))[1] ** 2
         )
     )(0.2)
     assert np.isfinite(g) and g > 0
-    f = jax.jit(lambda s, k: imp.apply_hardware(s, jnp.zeros((4000, 3)), k)[1])
+    f = jax.jit(lambda s, k: imp.apply_hardware(s, jnp.zeros((3, 4000)), k)[1])
     np.testing.assert_allclose(f(st, jax.random.key(0)), y, rtol=1e-12, atol=1e-15)
 
 
 def test_dead_taxels_every_channel_and_resample():
     imp = Imperfections(dead_taxel_probability=1.0, dead_taxel_value_range=(0.123, 0.456))
     st = imp.init(jax.random.key(0), 8, 6)
-    _, y = imp.apply_hardware(st, jnp.ones((8, 6)), None)
+    _, y = imp.apply_hardware(st, jnp.ones((6, 8)), None)
     assert np.all((y >= 0.123) & (y <= 0.456))
-    np.testing.assert_allclose(y, np.repeat(np.asarray(y[:, :1]), 6, 1))
+    np.testing.assert_allclose(y, np.repeat(np.asarray(y[:1]), 6, 0))
     st2 = imp.init(jax.random.key(1), 8, 6)
     assert not np.allclose(st.dead_value, st2.dead_value)
     half = Imperfections(dead_taxel_probability=0.5, dead_taxel_value_range=(0.0, 0.0))
@@ -401,7 +400,7 @@ def test_genesis_test9_crosstalk(crosstalk_scene):
     gauss_s = KinematicTaxel(
         **kw, imperfections=Imperfections(crosstalk_strength=0.6, crosstalk_sigma=0.03)
     )
-    assert gauss_s.imperfections.crosstalk_radius == (4, 4)  # 9x9 from the float32 spacing
+    assert gauss_s.crosstalk_support == (4, 4)  # 9x9 from the float32 spacing
     gauss = _read(gauss_s, inp)
     lam0 = _read(
         KinematicTaxel(
@@ -585,7 +584,7 @@ def test_bad_crosstalk_layouts():
         KinematicTaxel(probe_local_pos=np.zeros((4, 3)), imperfections=imp)
     with pytest.raises(ValueError, match="crosstalk is not applied to ContactDepthProbe"):
         ContactDepthProbe(probe_local_pos=np.zeros((2, 2, 3)), imperfections=imp)
-    with pytest.raises(ValueError, match="probe_gain: expected > 0"):
+    with pytest.raises(ValueError, match="probe_gain: expected values > 0"):
         KinematicTaxel(probe_gain=-1.0)
     with pytest.raises(TypeError, match="imperfections: expected"):
         KinematicTaxel(imperfections=dict(noise=1.0))
@@ -603,12 +602,21 @@ def test_crosstalk_paths_agree(crosstalk_scene, groups):
     else:
         imp = Imperfections(crosstalk_kernel=rng.uniform(0, 1, (groups, 3, 5)))
     kt = KinematicTaxel(**kw, imperfections=imp)
-    imp = kt.imperfections
-    v = jnp.asarray(rng.normal(size=(25, 6)))
+    from difftaxel.crosstalk import _correlate_rows, apply_crosstalk, crosstalk_correlate
+
+    v = jnp.asarray(rng.normal(size=(6, 25)))
     active = jnp.asarray(rng.uniform(size=25) > 0.2)
-    rows = imp.apply_crosstalk(v, active)
-    cf = imp.apply_crosstalk(v.T, active, channels_first=True).T
-    shifted = imp._crosstalk_shifted(v, active)
-    np.testing.assert_allclose(rows, shifted, rtol=1e-12, atol=1e-14)
-    np.testing.assert_allclose(cf, shifted, rtol=1e-12, atol=1e-14)
+    _, shape, support, spacing, normal = kt.crosstalk_args(v.dtype)
+    K = kt.imperfections.crosstalk_kernels(v.dtype, support, spacing)
+    rows = apply_crosstalk(v, K, shape, normal, active)
+    for g in range(K.shape[0]):  # the dense operator equals the shifted sums, per group
+        field = jnp.asarray(rng.normal(size=(5, 5, 4)))
+        dense = _correlate_rows(field.reshape(25, 4).T, K[g], shape).T.reshape(5, 5, 4)
+        ny, nx = shape
+        kr, kc = K.shape[1:]
+        pad = jnp.pad(field, ((kr // 2, kr // 2), (kc // 2, kc // 2), (0, 0)))
+        ref = sum(K[g, i, j] * pad[i : i + ny, j : j + nx] for i in range(kr) for j in range(kc))
+        np.testing.assert_allclose(dense, ref, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(crosstalk_correlate(field, K[g]), ref, rtol=1e-12, atol=1e-14)
+    rows = rows.T
     assert np.all(np.asarray(rows)[~np.asarray(active)] == 0)

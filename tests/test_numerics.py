@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from difftaxel._numerics import affine_planes, skew
+from difftaxel._numerics import skew
+from difftaxel.geometry.planes import affine_planes
 from difftaxel.testing import check_grad_fd
 
 RNG = np.random.default_rng(3)

@@ -80,11 +80,12 @@ def test_derived_metadata_matches_genesis(parity_kit):
         "derived_class_metadata(all sensors of this class)"
     ]
     regs = [
-        sens[n].dilation_reg for n in ("elastomer_local", "elastomer_layer", "elastomer_direct")
+        float(sens[n].dilation_length())
+        for n in ("elastomer_local", "elastomer_layer", "elastomer_direct")
     ]
     np.testing.assert_allclose(regs, d["dilation_reg"], rtol=1e-12)
     assert [
-        sens[n].use_fft for n in ("elastomer_local", "elastomer_layer", "elastomer_direct")
+        sens[n].fft_on for n in ("elastomer_local", "elastomer_layer", "elastomer_direct")
     ] == d["use_grid_fft"]
 
 

@@ -58,7 +58,7 @@ def _n_inside(sensor, inp, r_max=0.003 + 5 * 2e-4):
         pts.append(np.asarray(dt.pose.apply(T_lb, sensor.track_points.points[start : start + c])))
         start += c
     pts = np.concatenate(pts)
-    q = np.asarray(sensor.probe_local_pos)
+    q = np.asarray(sensor.probe_local_pos).reshape(-1, 3)
     return int(np.sum(np.all((pts >= q.min(0) - r_max) & (pts <= q.max(0) + r_max), -1)))
 
 

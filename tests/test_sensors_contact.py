@@ -422,7 +422,7 @@ def test_contact_probe_smooth_latch_is_soft():
             dict(contact_threshold=1e-3, release_threshold=2e-3),
             "release_threshold: expected <= contact_threshold",
         ),
-        (ContactProbe, dict(probe_gain=0.0), "probe_gain: expected > 0"),
+        (ContactProbe, dict(probe_gain=0.0), "probe_gain: expected values > 0"),
         (ContactProbe, dict(probe_gain_resample_range=(1.0, 0.5)), "probe_gain_resample_range"),
         (KinematicTaxel, dict(probe_radius=[0.1, 0.1]), "probe_radius: expected a scalar or shape"),
         (KinematicTaxel, dict(contact_depth_query="bvh"), "contact_depth_query"),

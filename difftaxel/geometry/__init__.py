@@ -2,8 +2,8 @@
 
 from .bodies import Bodies, ShapeQuery, point_velocity
 from .grid import GridSDF, genesis_grid_spec
-from .planes import Planes
 from .mesh import TriangleMesh, closest_point_on_triangle
+from .planes import Planes
 from .sampling import farthest_point_sampling, sample_surface_points
 from .shapes import Box, Capsule, Cylinder, Plane, Shape, Sphere, shape_sdf_world
 

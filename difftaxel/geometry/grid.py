@@ -4,7 +4,7 @@ A grid stores signed distances ``values [nx, ny, nz]`` (m) at nodes, optionally 
 gradients ``grads [nx, ny, nz, 3]`` (unit vectors, shape frame), and the affine map from the
 shape frame to grid coordinates ``s = p * scale + offset`` (integer ``s`` = node index).
 
-Lookup (GENESIS_MODELS.md section 2): base index ``b = min(floor(s), n - 2)``, trilinear weights
+Lookup (Genesis 1.4.5): base index ``b = min(floor(s), n - 2)``, trilinear weights
 of the 8 corners. Normal: the trilinear interpolation of the stored node gradients, normalised
 (as Genesis), or the normalised gradient of the interpolant when no node gradients are stored.
 

@@ -7,7 +7,7 @@ The unsigned distance is the distance to the closest point over all triangles (E
   solid angles by Van Oosterom & Strackee 1983) is > 1/2 inside. Correct for any watertight
   mesh, also near sharp or concave edges. Requires a watertight mesh (checked at build).
 * ``sign="face"``: Genesis's "raycast" semantics: the sign of ``(p - closest) . n_f`` of the
-  nearest triangle's face normal ``n_f`` only (GENESIS_MODELS.md section 3). Wrong near some
+  nearest triangle's face normal ``n_f`` only (Genesis 1.4.5). Wrong near some
   sharp/concave features, exactly like the peer.
 
 The normal is ``sign * (p - closest) / |p - closest|`` away from the surface and the nearest

@@ -31,7 +31,7 @@ def farthest_point_sampling(points: np.ndarray, n: int, seed: int = 0) -> np.nda
 def sample_surface_points(mesh, n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Sample ``n`` well-spread points on a ``trimesh.Trimesh`` surface, in the mesh frame.
 
-    Genesis's procedure (GENESIS_MODELS.md section 7.5): ``max(256, 4 n)`` area-weighted
+    Genesis 1.4.5's procedure: ``max(256, 4 n)`` area-weighted
     candidates from ``trimesh.sample.sample_surface(mesh, ., seed=seed)``, then farthest-point
     sampling seeded with ``seed``. Normals are the face normals of the sampled faces.
 

@@ -192,7 +192,7 @@ def check_per_probe(owner: str, name: str, v, layout: tuple, *, lo=0.0, strict=F
     bad = (a <= lo) if strict else (a < lo)
     if not np.all(np.isfinite(a)) or np.any(bad):
         rel = ">" if strict else ">="
-        raise ValueError(f"{owner}.{name}: expected finite values {rel} {lo}, got min {a.min()}")
+        raise ValueError(f"{owner}.{name}: expected values {rel} {lo:g} (finite), got min {a.min()}")
     return jnp.asarray(a, jnp.result_type(float))
 
 
@@ -339,6 +339,15 @@ class ProbeSensor(Sensor):
             return None if v is None else ((v,) if isinstance(v, str) else tuple(v))
         return v
 
+    PER_PROBE: ClassVar[tuple] = ("probe_radius", "probe_gain")
+
+    def _accepts_shape(self, name, shape):
+        if name in self.PER_PROBE:
+            return tuple(shape) in ((), (self.n_probes,), self.layout)
+        if name == "probe_local_normal":
+            return tuple(shape) in ((3,), (self.n_probes, 3), self.layout + (3,))
+        return False
+
     def _check_crosstalk_layout(self, o):
         if not self.CROSSTALK:
             raise ValueError(
@@ -374,8 +383,7 @@ class ProbeSensor(Sensor):
         if self.probe_gain_resample_range is not None:
             if key is None:
                 raise ValueError(
-                    f"key: {type(self).__name__}.init_state needs a PRNG key to resample "
-                    "probe_gain"
+                    f"key: {type(self).__name__}.init_state needs a PRNG key to resample probe_gain"
                 )
             lo, hi = self.probe_gain_resample_range
             g = jax.random.uniform(k_gain, g.shape, dtype, lo, hi)

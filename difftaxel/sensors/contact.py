@@ -385,7 +385,9 @@ class KinematicTaxel(_ContactSensor):
             grid = np.asarray(self.probe_local_pos)
             s_v, s_u, _, _ = grid_metadata(grid)
             if s_u < 1e-12 or s_v < 1e-12:
-                raise ValueError("KinematicTaxel.probe_local_pos: degenerate grid spacing for crosstalk")
+                raise ValueError(
+                    "KinematicTaxel.probe_local_pos: degenerate grid spacing for crosstalk"
+                )
             d["crosstalk_support"] = self.imperfections.crosstalk_support((s_v, s_u))
         return d
 

@@ -171,7 +171,9 @@ class ElastomerTaxel(ProbeSensor):
         d = super()._derive()
         ct, rt = float(self.contact_threshold), float(self.release_threshold)
         if rt > ct:
-            raise ValueError(f"{o}.release_threshold: expected <= contact_threshold ({ct}), got {rt}")
+            raise ValueError(
+                f"{o}.release_threshold: expected <= contact_threshold ({ct}), got {rt}"
+            )
         if "shear" in d["active_stages"] and not self.elastomer_shapes:
             raise ValueError(
                 f"{o}.elastomer_shapes: shear (shear_scale > 0) needs the sensor's own surface "

@@ -70,7 +70,6 @@ def check_normals(name, normal, layout):
     return jnp.asarray(a / nrm, jnp.result_type(float))
 
 
-
 def _rows_times(v: Array, R: Array) -> Array:
     """``v @ R`` for ``v [N, 3]``, ``R [3, 3]`` (rows rotated by ``R^T``), written out: XLA's
     CPU backend sends the tiny ``[N, 3] x [3, 3]`` product to a library GEMM, where the nine
@@ -247,7 +246,9 @@ class ProximityTaxel(ProbeSensor):
         if self.imperfections.has_crosstalk:
             s_v, s_u, _, _ = grid_metadata(np.asarray(self.probe_local_pos))
             if s_u < 1e-12 or s_v < 1e-12:
-                raise ValueError("ProximityTaxel.probe_local_pos: degenerate grid spacing for crosstalk")
+                raise ValueError(
+                    "ProximityTaxel.probe_local_pos: degenerate grid spacing for crosstalk"
+                )
             d["crosstalk_support"] = self.imperfections.crosstalk_support((s_v, s_u))
         return d
 
@@ -470,7 +471,9 @@ class ProximityTaxel(ProbeSensor):
         gshp = self.layout + (3,)
         truth = TaxelReading(g.force.reshape(gshp), g.torque.reshape(gshp))
         if imp.is_identity:  # no chain: no [6, N] round trip (a copy of both readings)
-            return state, Reading(TaxelReading(m.force.reshape(gshp), m.torque.reshape(gshp)), truth)
+            return state, Reading(
+                TaxelReading(m.force.reshape(gshp), m.torque.reshape(gshp)), truth
+            )
         v = jnp.concatenate([m.force.T, m.torque.T], axis=0)  # [6, N]
         xt = self.crosstalk_args(v.dtype) if imp.has_crosstalk else None
         chain, v = imp.run(state.chain, v, inputs.dt, k_hw, k_d, crosstalk=xt)

@@ -104,8 +104,7 @@ class TrackedPoints:
             msk.append(jnp.broadcast_to(jnp.asarray(inputs.body_mask)[b], (c,)))
             start += c
         pos, vel, ang = (
-            Planes(*(jnp.concatenate([p[k][i] for p in parts]) for i in range(3)))
-            for k in range(3)
+            Planes(*(jnp.concatenate([p[k][i] for p in parts]) for i in range(3))) for k in range(3)
         )
         return pos, vel, ang, jnp.concatenate(msk)
 
