@@ -192,7 +192,9 @@ def check_per_probe(owner: str, name: str, v, layout: tuple, *, lo=0.0, strict=F
     bad = (a <= lo) if strict else (a < lo)
     if not np.all(np.isfinite(a)) or np.any(bad):
         rel = ">" if strict else ">="
-        raise ValueError(f"{owner}.{name}: expected values {rel} {lo:g} (finite), got min {a.min()}")
+        raise ValueError(
+            f"{owner}.{name}: expected values {rel} {lo:g} (finite), got min {a.min()}"
+        )
     return jnp.asarray(a, jnp.result_type(float))
 
 
