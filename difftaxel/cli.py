@@ -38,7 +38,6 @@ LOG is a raw-reading log of one or more taxels against a reference force (a load
 
 def _press(args) -> int:
     import jax
-    import jax.numpy as jnp
     import numpy as np
 
     from . import Bodies, Sphere, generate_grid_points_on_plane
@@ -48,6 +47,7 @@ def _press(args) -> int:
     half = 0.5 * args.pitch * (n - 1)
     grid = generate_grid_points_on_plane((-half, -half, 0.0), (half, half, 0.0), (0, 0, 1), n, n)
     radius, sphere_r = args.probe_radius, args.sphere_radius
+    # the sphere's surface reaches args.depth below the probe centres' plane
     bodies = Bodies(
         (Sphere(radius=sphere_r),), np.array([[0.0, 0, sphere_r - args.depth, 0, 0, 0, 1]])
     )
@@ -58,16 +58,22 @@ def _press(args) -> int:
     )
     _, depth = jax.jit(probe.step)(probe.init_state(), inputs)
     _, force = jax.jit(taxel.step)(taxel.init_state(), inputs)
-    _, normal, _ = bodies.signed_distance(jnp.asarray(grid.reshape(-1, 3)))
+    sd, normal, _ = bodies.signed_distance(grid.reshape(-1, 3))
     d = np.asarray(depth.ground_truth).reshape(-1)
     nrm = np.asarray(normal)
     f = np.asarray(force.ground_truth.force).reshape(-1, 3)
     print(
-        f"sphere r={sphere_r * 1e3:.1f} mm pressed {args.depth * 1e3:.2f} mm into a {n}x{n} "
-        f"taxel grid (pitch {args.pitch * 1e3:.1f} mm, probe radius {radius * 1e3:.1f} mm)"
+        f"sphere r={sphere_r * 1e3:.1f} mm, its surface {args.depth * 1e3:.2f} mm past the plane "
+        f"of a {n}x{n} probe grid (pitch {args.pitch * 1e3:.1f} mm, probe radius "
+        f"{radius * 1e3:.1f} mm)"
     )
     print(
-        f"{'row':>3} {'col':>3} {'depth_mm':>9} {'normal_x':>9} {'normal_y':>9} "
+        "pen_mm: probe penetration = probe radius - distance to the surface (a probe centred on "
+        "the surface reads its radius); Fz_N: normal force on the sensor, link frame "
+        "(negative = compression, pushing into the sensor)"
+    )
+    print(
+        f"{'row':>3} {'col':>3} {'pen_mm':>9} {'normal_x':>9} {'normal_y':>9} "
         f"{'normal_z':>9} {'Fz_N':>9}"
     )
     for i in range(n * n):
@@ -80,17 +86,21 @@ def _press(args) -> int:
         json.dumps(
             {
                 "probes_in_contact": int(np.sum(d > 0)),
-                "max_depth_m": float(d.max()),
-                "total_normal_force_N": float(-f[:, 2].sum()),
+                "max_penetration_m": float(d.max()),
+                "surface_press_m": float(args.depth),
+                "total_Fz_N": float(f[:, 2].sum()),
             }
         )
     )
+    del sd
     return 0
 
 
 def _demo(args) -> int:
+    from ._files import check_output_dir
     from .demo import run_demo
 
+    check_output_dir(args.out, "--out")
     steps = 60 if args.quick else args.steps
     run_demo(args.out, steps_per_stage=steps, plots=not args.no_plots)
     return 0
@@ -115,18 +125,23 @@ def _calibrate(args) -> int:
     import jax.numpy as jnp
     import numpy as np
 
+    from ._files import atomic_write, check_output
     from .geometry import Bodies
     from .glove import GloveScene, calibrate_bind_poses
     from .io import metadata_to_dict, read_recording
     from .sensors import KinematicTaxel
 
+    out = check_output(args.out, "--out", inputs=[args.recording])
     rec = read_recording(args.recording)
     if not rec.objects:
-        raise SystemExit("calibrate: the recording has no objects (see --help for the format)")
+        raise ValueError(f"{args.recording}: the recording has no objects (see --help)")
     T = rec.frames.shape[0]
     shapes = tuple(dataclasses.replace(_shape(o), body=i) for i, o in enumerate(rec.objects))
+    twists = rec.object_twists
+    if twists is None:
+        twists = np.zeros(rec.object_poses.shape[:-1] + (6,))
     bodies = Bodies(shapes, rec.object_poses[0]).with_state(
-        jnp.asarray(rec.object_poses), jnp.asarray(rec.object_twists)
+        jnp.asarray(rec.object_poses), jnp.asarray(twists)
     )
     root = (
         rec.root_poses if rec.root_poses is not None else np.tile([0, 0, 0, 0, 0, 0, 1.0], (T, 1))
@@ -138,17 +153,25 @@ def _calibrate(args) -> int:
         float(np.median(np.diff(rec.timestamps_ns))) * 1e-9 if T > 1 else 0.01,
     )
     lbs = rec.metadata.geometry_mapping
-    sensor = KinematicTaxel(probe_local_pos=np.zeros((lbs.n_taxels, 3)), **(rec.sensor or {}))
+    try:
+        sensor = KinematicTaxel(probe_local_pos=np.zeros((lbs.n_taxels, 3)), **(rec.sensor or {}))
+    except TypeError as e:
+        raise ValueError(f"{args.recording}: sensor options: {e}") from None
     est, _, results = calibrate_bind_poses(
         sensor, lbs, scene, rec.frames, steps_per_stage=args.steps, progress=True
     )
     meta = rec.metadata.replace(geometry_mapping=lbs.replace(taxel_bind_poses=est))
-    with open(args.out, "w") as fh:
-        json.dump(metadata_to_dict(meta), fh, indent=1)
+    text = json.dumps(metadata_to_dict(meta), indent=1)
+    atomic_write(out, lambda fh: fh.write(text), "w")
     moved = np.linalg.norm(np.asarray(est)[:, :3] - np.asarray(lbs.taxel_bind_poses)[:, :3], axis=1)
+    touched = np.abs(np.asarray(rec.frames)).max(axis=(0, 2)) > 0
+    n_t = int(touched.sum())
+    med = float(np.median(moved[touched])) * 1e3 if n_t else 0.0
     print(
-        f"loss {results[0].losses[0]:.4g} -> {results[-1].losses[-1]:.4g}; median bind-pose "
-        f"move {np.median(moved) * 1e3:.3f} mm; calibrated metadata written to {args.out}"
+        f"loss {results[0].losses[0]:.4g} -> {results[-1].losses[-1]:.4g}; {n_t} of "
+        f"{lbs.n_taxels} taxels touched in the recording, their median bind-pose move "
+        f"{med:.3f} mm (max {float(moved.max()) * 1e3:.3f} mm); calibrated metadata written to "
+        f"{out}"
     )
     return 0
 
@@ -174,7 +197,48 @@ def _identify(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def _positive(kind, name, strict=True):
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
+        if not (v > 0 if strict else v >= 0) or v != v:
+            rel = "> 0" if strict else ">= 0"
+            raise argparse.ArgumentTypeError(f"expected {rel}, got {text}")
+        return v
+
+    parse.__name__ = name
+    return parse
+
+
+def _fraction(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 < v <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text}")
+    return v
+
+
+CALIBRATE_EXAMPLE = """
+Example file: `difftaxel demo --quick --no-plots --out demo` writes demo/session.npz, a
+recording this command accepts: `difftaxel calibrate demo/session.npz --out cal.json`.
+"""
+
+IDENTIFY_EXAMPLE = """
+Example file (a text log; write it with any editor or numpy.savetxt):
+  # dt = 0.01
+  # raw force
+  512 0.00
+  530 0.05
+  575 0.21
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    fmt = argparse.ArgumentDefaultsHelpFormatter
     parser = argparse.ArgumentParser(
         prog="difftaxel", description="Differentiable tactile sensor models in JAX."
     )
@@ -185,58 +249,111 @@ def main(argv=None) -> int:
         description="Generate a glove session on the default hand (a sphere pressed and slid "
         "over each fingertip pad, Hertz-like stiffness, hysteresis, noise), perturb the taxel "
         "bind poses (3 mm, 10 deg) and the sensor parameters, recover them by gradient descent, "
-        "print true vs initial vs recovered values and write plots to --out.",
+        "print true vs initial vs recovered values and write results.json, fit.npz, plots and "
+        "session.npz (a recording `difftaxel calibrate` reads) to --out.",
+        formatter_class=fmt,
     )
-    demo.add_argument("--out", default="difftaxel-demo", help="output folder (difftaxel-demo)")
-    demo.add_argument("--steps", type=int, default=400, help="optimiser steps per stage (400)")
-    demo.add_argument("--quick", action="store_true", help="a fast, less accurate run")
+    demo.add_argument("--out", default="difftaxel-demo", help="output folder")
+    demo.add_argument(
+        "--steps", type=_positive(int, "steps"), default=400, help="optimiser steps per stage"
+    )
+    demo.add_argument(
+        "--quick", action="store_true", help="60 steps per stage: fast, not converged"
+    )
     demo.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     press = sub.add_parser(
-        "press", help="print each probe's depth, contact normal and force under a sphere"
+        "press",
+        help="print each probe's depth, contact normal and force under a sphere",
+        description="Press a sphere into a square grid of probes (sensor link frame, probes "
+        "in the z = 0 plane, sphere above) and print each touched probe's penetration, the "
+        "surface normal and the KinematicTaxel normal force (stiffness 2000, exponent 1.5).",
+        formatter_class=fmt,
     )
-    press.add_argument("--grid", type=int, default=7, help="taxels per side (7)")
-    press.add_argument("--pitch", type=float, default=0.003, help="taxel pitch in m (0.003)")
-    press.add_argument("--probe-radius", type=float, default=0.002, help="probe radius in m")
-    press.add_argument("--sphere-radius", type=float, default=0.01, help="sphere radius in m")
-    press.add_argument("--depth", type=float, default=0.001, help="press depth in m (0.001)")
+    press.add_argument("--grid", type=_positive(int, "grid"), default=7, help="probes per side")
+    press.add_argument(
+        "--pitch", type=_positive(float, "pitch"), default=0.003, help="probe pitch (m)"
+    )
+    press.add_argument(
+        "--probe-radius", type=_positive(float, "radius"), default=0.002, help="probe radius (m)"
+    )
+    press.add_argument(
+        "--sphere-radius", type=_positive(float, "radius"), default=0.01, help="sphere radius (m)"
+    )
+    press.add_argument(
+        "--depth",
+        type=_positive(float, "depth", strict=False),
+        default=0.001,
+        help="how far the sphere's surface passes the probe plane (m)",
+    )
     press.add_argument("--all", action="store_true", help="print probes out of contact too")
     cal = sub.add_parser(
         "calibrate",
         help="fit taxel bind poses to a glove recording",
         description="Fit each taxel's bind pose to the recording's forces.",
-        epilog=RECORDING_HELP,
+        epilog=RECORDING_HELP + CALIBRATE_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     cal.add_argument("recording", help="NPZ recording (format below)")
-    cal.add_argument("--out", default="calibrated_metadata.json", help="output metadata JSON")
-    cal.add_argument("--steps", type=int, default=200, help="steps per smoothing stage (200)")
+    cal.add_argument(
+        "--out",
+        default="calibrated_metadata.json",
+        help="output metadata JSON (never the recording; checked before the fit)",
+    )
+    cal.add_argument(
+        "--steps", type=_positive(int, "steps"), default=200, help="steps per smoothing stage"
+    )
     ident = sub.add_parser(
         "identify",
         help="fit the raw-reading model (counts -> N) to a log",
         description="Fit offset, curve, exponent and hysteresis per taxel; "
         "print values with Gauss-Newton standard deviations.",
-        epilog=LOG_HELP,
+        epilog=LOG_HELP + IDENTIFY_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ident.add_argument("log", help="text or NPZ log (format below)")
-    ident.add_argument("--dt", type=float, default=None, help="sample period (s) if not in the log")
-    ident.add_argument("--steps", type=int, default=1500, help="optimiser steps (1500)")
+    ident.add_argument(
+        "--dt",
+        type=_positive(float, "dt"),
+        default=None,
+        help="sample period (s) if not in the log",
+    )
+    ident.add_argument(
+        "--steps", type=_positive(int, "steps"), default=1500, help="optimiser steps (1500)"
+    )
     ident.add_argument(
         "--train-fraction",
-        type=float,
+        type=_fraction,
         default=0.7,
-        help="fraction used for fitting; the rest validates (0.7)",
+        help="fraction in (0, 1] used for fitting; the rest validates (0.7)",
     )
+    return parser
+
+
+def main(argv=None) -> int:
+    """Run the command; returns the exit status. Errors in the user's files or values print one
+    line ``difftaxel <command>: error: ...`` to stderr and return 2 (no traceback)."""
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
+    import zipfile
+
     import jax
 
     jax.config.update("jax_enable_x64", True)  # application setting (the library never sets it)
-    return {"demo": _demo, "press": _press, "calibrate": _calibrate, "identify": _identify}[
-        args.command
-    ](args)
+    run = {"demo": _demo, "press": _press, "calibrate": _calibrate, "identify": _identify}
+    try:
+        return run[args.command](args)
+    except (ValueError, TypeError, OSError, EOFError, zipfile.BadZipFile) as e:
+        msg = " ".join(str(e).split()) or type(e).__name__
+        if isinstance(e, OSError) and e.filename:
+            msg = f"{e.filename}: {e.strerror or msg}"
+        print(f"difftaxel {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"difftaxel {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,8 +10,10 @@
 4. fits everything jointly by gradient descent (bind poses in se(3), stiffness through the
    force at a 1 mm reference depth, exponent, hysteresis strength and time constant), with
    staged contact smoothing so taxels starting out of contact still get a gradient;
-5. prints true vs initial vs recovered values and writes plots (loss curve, tactile images,
-   taxels on the hand before/after) and ``results.json`` to the output folder.
+5. prints true vs initial vs recovered values and writes to the output folder: plots (loss
+   curve, tactile images, taxels on the hand before/after), ``results.json``, ``fit.npz`` (the
+   loss curve and bind poses) and ``session.npz``, the session as a recording that
+   ``difftaxel calibrate`` reads (:func:`difftaxel.io.write_recording`).
 """
 
 from __future__ import annotations
@@ -25,13 +27,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import pose as _pose
+from ._files import atomic_write, check_output_dir
 from .calibrate import fit
 from .geometry import Bodies, Sphere
 from .glove import GloveScene, glove_forces, pose_errors
 from .hands import default_glove
 from .imperfections import Imperfections
+from .io import write_recording
 from .sensors import KinematicTaxel
-from .skinning import LBS
+from .skinning import LBS, TactileMetadata
 
 __all__ = ["make_session", "run_demo"]
 
@@ -122,6 +126,32 @@ def _model(sensor, lbs, scene, params, smoothing):
     return _hysteresis(F, params["hysteresis_strength"], params["hysteresis_tau"], scene.dt)
 
 
+def _write_session(path, lbs, scene, measured, truth, sensor):
+    """The session as a recording that ``difftaxel calibrate`` reads (the true sensor model:
+    spring stiffness and exponent, no hysteresis; bind poses as the metadata's starting point)."""
+    T = scene.T_root_joints.shape[0]
+    meta = TactileMetadata(lbs, default_glove("right").segment_source)
+    write_recording(
+        path,
+        meta,
+        np.asarray(measured),
+        np.asarray(scene.T_root_joints),
+        (np.arange(T) * round(scene.dt * 1e9)).astype(np.int64),
+        root_poses=np.asarray(scene.T_world_root),
+        objects=[{"kind": "sphere", "radius": float(scene.bodies.shapes[0].radius)}],
+        object_poses=np.asarray(scene.bodies.poses),
+        object_twists=np.asarray(scene.bodies.twists),
+        sensor={
+            "probe_radius": float(np.asarray(sensor.probe_radius).max()),
+            "normal_stiffness": truth["normal_stiffness"],
+            "normal_exponent": truth["normal_exponent"],
+            "normal_damping": float(sensor.normal_damping),
+            "shear_scalar": float(sensor.shear_scalar),
+            "twist_scalar": float(sensor.twist_scalar),
+        },
+    )
+
+
 def run_demo(
     out_dir: str = "difftaxel-demo",
     steps_per_stage: int = 400,
@@ -135,6 +165,7 @@ def run_demo(
     """Run the main job; returns the results dict (also written to ``out_dir/results.json``)."""
     t0 = time.perf_counter()
     say = (lambda *a: None) if quiet else print
+    check_output_dir(out_dir)  # before the long fit
     lbs, scene, sensor, truth = make_session(frames_per_pad, seed)
     tb = np.asarray(lbs.taxel_bind_poses)
     p_true = {
@@ -185,8 +216,9 @@ def run_demo(
         "hysteresis_strength": "log",
         "hysteresis_tau": "log",
     }
-    losses = []
+    losses, stage_ends = [], []
     for sm, lr_factor in ((5e-4, 1.0), (1e-4, 1.0), (0.0, 0.5)):
+        say(f"  stage smoothing {sm * 1e3:.2f} mm: {steps_per_stage} steps ...")
 
         def loss(p, _, sm=sm):
             return jnp.mean((_model(sensor, lbs, scene, p, sm) - measured) ** 2) / scale**2
@@ -199,9 +231,11 @@ def run_demo(
             transforms=transforms,
             log_every=min(50, steps_per_stage),
             se3_length_scale=0.01,
+            progress=not quiet,
         )
         params = r.params
         losses += r.losses.tolist()
+        stage_ends.append((len(losses), f"smoothing {sm * 1e3:.2f} mm"))
         say(
             f"  stage smoothing {sm * 1e3:.2f} mm: loss {r.losses[0]:.3g} -> {r.losses[-1]:.3g} "
             f"({r.n_steps} steps, {r.seconds:.1f} s)"
@@ -223,9 +257,18 @@ def run_demo(
         rows.append((k, truth[k], init[k], float(est[k])))
     say("")
     say(f"{'quantity':34s} {'true':>10s} {'initial':>10s} {'recovered':>10s} {'error':>8s}")
+    worse = []
     for name, tv, iv, rv in rows:
         err = f"{abs(rv / tv - 1):7.2%}" if tv else f"{rv:8.3f}"
         say(f"{name:34s} {tv:10.4g} {iv:10.4g} {rv:10.4g} {err:>8s}")
+        if (abs(rv - tv) > abs(iv - tv)) if tv else (rv > iv):
+            worse.append(name)
+    if worse:
+        say(
+            f"note: {', '.join(worse)} ended farther from the truth than it started: the fit "
+            f"did not converge in {steps_per_stage} steps per stage (run without --quick, or "
+            "with more --steps)"
+        )
     elapsed = time.perf_counter() - t0
     say(f"\ntotal {elapsed:.1f} s")
     result = {
@@ -245,26 +288,29 @@ def run_demo(
         },
         "seconds": elapsed,
     }
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "results.json"), "w") as fh:
-        json.dump(result, fh, indent=1)
-    np.savez(
-        os.path.join(out_dir, "session.npz"),
-        measured=np.asarray(measured),
+    result["not_converged"] = worse
+    atomic_write(
+        os.path.join(out_dir, "results.json"), lambda fh: json.dump(result, fh, indent=1), "w"
+    )
+    _write_session(os.path.join(out_dir, "session.npz"), lbs, scene, measured, truth, sensor)
+    fit_arrays = dict(
         losses=np.asarray(losses),
         bind_true=tb,
         bind_initial=bind0,
         bind_recovered=np.asarray(est["bind"]),
     )
+    atomic_write(os.path.join(out_dir, "fit.npz"), lambda fh: np.savez(fh, **fit_arrays))
     if plots:
         written = _plots(
             out_dir,
             losses,
+            stage_ends,
             np.asarray(measured),
             np.asarray(_model(sensor, lbs, scene, params, 0.0)),
             tb,
             bind0,
             np.asarray(est["bind"]),
+            np.asarray(lbs.segment_bind_poses)[:, :3],
         )
         say(
             "wrote " + ", ".join(written)
@@ -274,7 +320,14 @@ def run_demo(
     return result
 
 
-def _plots(out_dir, losses, measured, fitted, tb, b0, b1):
+FINGERS = ("thumb", "index", "middle", "ring", "little")
+
+
+def _save(fig, path):
+    atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=100))
+
+
+def _plots(out_dir, losses, stage_ends, measured, fitted, tb, b0, b1, joints):
     try:
         import matplotlib
 
@@ -283,37 +336,55 @@ def _plots(out_dir, losses, measured, fitted, tb, b0, b1):
     except ImportError:
         return []
     paths = []
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
     ax.semilogy(losses)
-    ax.set_xlabel("step")
+    for k, (end, label) in enumerate(stage_ends):
+        ax.axvline(end, color="0.6", lw=0.8, ls="--")
+        ax.text(end, ax.get_ylim()[1], f" {label}", fontsize=7, va="top", ha="right", rotation=90)
+        del k
+    ax.set_xlabel("step (dashed: end of each smoothing stage)")
     ax.set_ylabel("normalised loss")
     ax.set_title("calibration loss (3 smoothing stages)")
     fig.tight_layout()
     paths.append(os.path.join(out_dir, "loss.png"))
-    fig.savefig(paths[-1], dpi=100)
+    _save(fig, paths[-1])
     plt.close(fig)
-    fig, axes = plt.subplots(2, 5, figsize=(10, 4.5))
+    fig, axes = plt.subplots(2, 5, figsize=(11, 4.8), constrained_layout=True)
+    # one colour range for every panel; compression is negative Fz (the force on the sensor
+    # points into it, along -z of the taxel axes), so the map shows -Fz (N)
+    shown = [-measured[..., 2], -fitted[..., 2]]
+    vmax = float(max(np.max(x) for x in shown)) or 1.0
+    im = None
     for pad in range(5):
         sl = slice(16 * pad, 16 * pad + 16)
         t = int(np.argmax(np.abs(measured[:, sl, 2]).sum(1)))
-        for row, (data, lab) in enumerate(((measured, "measured"), (fitted, "fitted"))):
-            im = axes[row, pad].imshow(data[t, sl, 2].reshape(4, 4), cmap="viridis")
-            axes[row, pad].set_title(f"pad {pad} {lab}", fontsize=8)
+        for row, lab in enumerate(("measured", "fitted")):
+            im = axes[row, pad].imshow(
+                shown[row][t, sl].reshape(4, 4), cmap="viridis", vmin=0.0, vmax=vmax
+            )
+            axes[row, pad].set_title(f"{FINGERS[pad]} {lab}", fontsize=9)
             axes[row, pad].axis("off")
-            fig.colorbar(im, ax=axes[row, pad], fraction=0.046)
-    fig.suptitle("tactile images: normal force (N) at each pad's strongest frame")
+    fig.colorbar(im, ax=axes, fraction=0.02, label="compression -Fz (N)")
+    fig.suptitle("fingertip pads at each pad's strongest frame: compression -Fz (N, taxel axes)")
     paths.append(os.path.join(out_dir, "tactile_images.png"))
-    fig.savefig(paths[-1], dpi=100)
+    _save(fig, paths[-1])
     plt.close(fig)
-    fig, ax = plt.subplots(figsize=(5, 6))
+    fig, ax = plt.subplots(figsize=(5.5, 6.5))
+    chains = [[1, 0]] + [[1] + list(range(f, f + (4 if f == 2 else 5))) for f in (2, 6, 11, 16, 21)]
+    for c in chains:
+        ax.plot(joints[c, 0] * 1e3, joints[c, 2] * 1e3, color="0.75", lw=2, zorder=0)
+    ax.scatter(
+        joints[:, 0] * 1e3, joints[:, 2] * 1e3, s=10, color="0.6", zorder=0, label="hand joints"
+    )
     for data, lab, m in ((tb, "true", "o"), (b0, "initial", "x"), (b1, "recovered", ".")):
         ax.scatter(data[:, 0] * 1e3, data[:, 2] * 1e3, s=12, marker=m, label=lab)
     ax.set_xlabel("x (mm, wrist root)")
     ax.set_ylabel("z (mm, wrist root)")
     ax.set_aspect("equal")
-    ax.legend()
-    ax.set_title("taxel bind positions before/after")
+    ax.legend(fontsize=8)
+    ax.set_title("taxel bind positions on the hand")
+    fig.tight_layout()
     paths.append(os.path.join(out_dir, "taxels_on_hand.png"))
-    fig.savefig(paths[-1], dpi=100)
+    _save(fig, paths[-1])
     plt.close(fig)
     return paths

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 import os
+import zipfile
 from typing import NamedTuple
 
 import numpy as np
 
+from ._files import atomic_write
 from .skinning import LBS, HandSkeletonRef, TactileMetadata
 
 __all__ = [
@@ -65,13 +67,25 @@ def metadata_from_dict(d: dict) -> TactileMetadata:
         raise ValueError(
             f"metadata.segment_source.type: expected 'HandSkeletonRef', got {s.get('type')!r}"
         )
-    lbs = LBS(
-        segment_bind_poses=np.asarray(g["segment_bind_poses"], float),
-        taxel_bind_poses=np.asarray(g["taxel_bind_poses"], float),
-        weights=np.asarray(g["weights"], float),
-        segment_indices=np.asarray(g["segment_indices"], dtype=np.int32),
-    )
-    return TactileMetadata(lbs, HandSkeletonRef(tuple(s["joints"])))
+    try:
+        idx = np.asarray(g["segment_indices"])
+        if idx.dtype.kind not in "iu":
+            f = np.asarray(idx, float)
+            if not np.all(np.isfinite(f)) or np.any(f != np.round(f)):
+                raise ValueError(
+                    "metadata.geometry_mapping.segment_indices: expected integer indices, got "
+                    f"{f[(f != np.round(f)) | ~np.isfinite(f)][:4].tolist()}"
+                )
+            idx = f.astype(np.int64)
+        lbs = LBS(
+            segment_bind_poses=np.asarray(g["segment_bind_poses"], float),
+            taxel_bind_poses=np.asarray(g["taxel_bind_poses"], float),
+            weights=np.asarray(g["weights"], float),
+            segment_indices=idx.astype(np.int32),
+        )
+        return TactileMetadata(lbs, HandSkeletonRef(tuple(s["joints"])))
+    except KeyError as e:
+        raise ValueError(f"metadata: missing key {e}") from None
 
 
 class Recording(NamedTuple):
@@ -176,39 +190,142 @@ def write_recording(
                 f"object_twists: expected shape ({T}, {len(objects)}, 6), got {tw.shape}"
             )
         extra["object_twists"] = tw
-    with open(os.fspath(path), "wb") as fh:
-        np.savez(
-            fh,
-            header=np.asarray(json.dumps(header)),
-            frames=f,
-            joint_poses=jp,
-            timestamps_ns=ts,
-            **extra,
+    try:  # serialised before the file is touched: a bad option cannot cost the old file
+        text = json.dumps(header, default=_json_default)
+    except TypeError as e:
+        raise ValueError(f"sensor / objects: not JSON-serialisable ({e})") from None
+    arrays = dict(header=np.asarray(text), frames=f, joint_poses=jp, timestamps_ns=ts, **extra)
+    atomic_write(path, lambda fh: np.savez(fh, **arrays))
+
+
+def _json_default(o):
+    """numpy scalars and arrays as plain JSON numbers and lists."""
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"{type(o).__name__} {o!r} is not JSON-serialisable")
+
+
+def _check_quats(a: np.ndarray, name: str) -> None:
+    n = np.linalg.norm(a[..., 3:], axis=-1)
+    if not np.all(np.abs(n - 1.0) <= 1e-5):
+        raise ValueError(
+            f"{name}: expected unit quaternions (x, y, z, w), got norms off by up to "
+            f"{float(np.max(np.abs(n - 1.0))):.3g}"
         )
 
 
+_OBJECT_KINDS = {"sphere": ("radius",), "box": ("size",), "plane": ()}
+
+
+def _check_objects(objects) -> list:
+    if not isinstance(objects, list):
+        raise ValueError(f"objects: expected a list, got {type(objects).__name__}")
+    for i, o in enumerate(objects):
+        if not isinstance(o, dict) or o.get("kind") not in _OBJECT_KINDS:
+            raise ValueError(
+                f"objects[{i}]: expected {{'kind': 'sphere' | 'box' | 'plane', ...}}, got {o!r}"
+            )
+        for k in _OBJECT_KINDS[o["kind"]]:
+            if k not in o:
+                raise ValueError(f"objects[{i}]: a {o['kind']} needs {k!r}")
+    return objects
+
+
+def _load(path, keys_hint: str):
+    """``np.load`` with every failure (missing, not a zip, truncated) as one ValueError."""
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        raise ValueError(f"{p}: no such file")
+    if os.path.isdir(p):
+        raise ValueError(f"{p}: is a folder, expected an NPZ file")
+    try:
+        z = np.load(p, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise ValueError(f"{p}: not a readable NPZ file ({keys_hint}): {e}") from None
+    if not hasattr(z, "files"):
+        raise ValueError(f"{p}: a single array, expected an NPZ file ({keys_hint})")
+    return z
+
+
+def _get(z, p, k):
+    try:
+        return np.asarray(z[k])
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
+        raise ValueError(f"{p}: entry {k!r} is corrupted or unreadable ({e})") from None
+
+
 def read_recording(path) -> Recording:
-    """Read and validate a recording written by :func:`write_recording`."""
-    with np.load(os.fspath(path), allow_pickle=False) as z:
+    """Read and validate a recording written by :func:`write_recording`.
+
+    Every problem raises a ``ValueError`` that starts with the file's name: a missing,
+    truncated or corrupted file, a missing entry, another format or version, shapes that do not
+    match the metadata, non-unit quaternions, objects without poses, unknown object kinds.
+    """
+    p = os.fspath(path)
+    with _load(p, "a difftaxel recording") as z:
         missing = {"header", "frames", "joint_poses", "timestamps_ns"} - set(z.files)
         if missing:
-            raise ValueError(f"path: not a difftaxel recording (missing {sorted(missing)})")
-        header = json.loads(str(z["header"]))
-        if header.get("format") != FORMAT:
-            raise ValueError(f"path: header format {header.get('format')!r}, expected {FORMAT!r}")
-        meta = metadata_from_dict(header["metadata"])
-        f, jp, ts = _check_series(meta, z["frames"], z["joint_poses"], z["timestamps_ns"])
-        get = lambda k: np.asarray(z[k]) if k in z.files else None  # noqa: E731
+            raise ValueError(f"{p}: not a difftaxel recording (missing {sorted(missing)})")
+        try:
+            header = json.loads(str(_get(z, p, "header")))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{p}: header is not valid JSON ({e})") from None
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            fmt = header.get("format") if isinstance(header, dict) else None
+            raise ValueError(f"{p}: header format {fmt!r}, expected {FORMAT!r}")
+        if header.get("version") != VERSION:
+            raise ValueError(
+                f"{p}: recording version {header.get('version')!r}, this reader knows {VERSION}"
+            )
+        try:
+            meta = metadata_from_dict(header.get("metadata"))
+            arrays = {k: _get(z, p, k) for k in z.files if k != "header"}
+            f, jp, ts = _check_series(
+                meta, arrays["frames"], arrays["joint_poses"], arrays["timestamps_ns"]
+            )
+            _check_quats(jp, "joint_poses")
+            T = f.shape[0]
+            root = arrays.get("root_poses")
+            if root is not None:
+                if root.shape != (T, 7) or not np.all(np.isfinite(root)):
+                    raise ValueError(
+                        f"root_poses: expected finite shape ({T}, 7), got {root.shape}"
+                    )
+                _check_quats(root, "root_poses")
+            objects = _check_objects(header.get("objects") or [])
+            op, tw = arrays.get("object_poses"), arrays.get("object_twists")
+            B = len(objects)
+            if B:
+                if op is None:
+                    raise ValueError(f"object_poses: missing, {B} object(s) listed in the header")
+                if op.shape != (T, B, 7) or not np.all(np.isfinite(op)):
+                    raise ValueError(
+                        f"object_poses: expected finite shape ({T}, {B}, 7), got {op.shape}"
+                    )
+                _check_quats(op, "object_poses")
+                if tw is not None and (tw.shape != (T, B, 6) or not np.all(np.isfinite(tw))):
+                    raise ValueError(
+                        f"object_twists: expected finite shape ({T}, {B}, 6), got {tw.shape}"
+                    )
+            elif op is not None:
+                raise ValueError("object_poses: present, but the header lists no objects")
+            sensor = header.get("sensor") or None
+            if sensor is not None and not isinstance(sensor, dict):
+                raise ValueError(f"sensor: expected a dict of options, got {type(sensor).__name__}")
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{p}: {e}") from None
         return Recording(
             meta,
             f,
             jp,
             ts,
-            get("root_poses"),
-            header.get("objects") or None,
-            get("object_poses"),
-            get("object_twists"),
-            header.get("sensor") or None,
+            root,
+            objects or None,
+            op,
+            tw if B else None,
+            sensor,
         )
 
 

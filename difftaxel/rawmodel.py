@@ -16,6 +16,8 @@ line ``# dt = 0.01``) or NPZ with ``raw [T]`` or ``[T, N]``, ``force`` (same sha
 from __future__ import annotations
 
 import os
+import re
+import zipfile
 from typing import NamedTuple
 
 import jax
@@ -40,41 +42,72 @@ class RawLog(NamedTuple):
     dt: float
 
 
+_DT_HEADER = re.compile(r"^#\s*dt\s*[=:]\s*([-+0-9.eE]+)\s*(s)?\s*$")
+
+
 def load_raw_log(path, dt: float | None = None) -> RawLog:
-    """Read a two-column text log or an NPZ log (see the module docstring)."""
+    """Read a two-column text log or an NPZ log (see the module docstring).
+
+    Every problem raises a ``ValueError`` starting with the file's name. In a text log, lines
+    starting with ``#`` are comments; ``# dt = 0.01`` (s) gives the sample period.
+    """
     p = os.fspath(path)
+    if not os.path.exists(p):
+        raise ValueError(f"{p}: no such file")
+    if os.path.isdir(p):
+        raise ValueError(f"{p}: is a folder, expected a log file")
     if p.endswith(".npz"):
-        with np.load(p, allow_pickle=False) as z:
-            for k in ("raw", "force"):
-                if k not in z.files:
-                    raise ValueError(f"path: NPZ log lacks '{k}'")
-            raw, force = np.asarray(z["raw"], float), np.asarray(z["force"], float)
-            dt = float(z["dt"]) if "dt" in z.files and dt is None else dt
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                for k in ("raw", "force"):
+                    if k not in z.files:
+                        raise ValueError(f"{p}: NPZ log lacks '{k}' (see the log format)")
+                raw, force = np.asarray(z["raw"], float), np.asarray(z["force"], float)
+                if "dt" in z.files and dt is None:
+                    dt = float(z["dt"])
+        except (OSError, EOFError, zipfile.BadZipFile, TypeError) as e:
+            raise ValueError(f"{p}: not a readable NPZ log ({e})") from None
     else:
-        header_dt = None
-        with open(p) as fh:
-            for line in fh:
-                s = line.strip()
-                if s.startswith("#") and "dt" in s and "=" in s:
-                    header_dt = float(s.split("=", 1)[1])
-        arr = np.loadtxt(p, comments="#", ndmin=2)
-        if arr.shape[1] != 2:
-            raise ValueError(f"path: expected two columns (raw force), got {arr.shape[1]}")
+        header_dt, rows = None, []
+        try:
+            with open(p, encoding="utf-8") as fh:
+                for n, line in enumerate(fh, 1):
+                    s = line.strip()
+                    if not s:
+                        continue
+                    if s.startswith("#"):
+                        m = _DT_HEADER.match(s)
+                        if m:
+                            header_dt = float(m.group(1))
+                        continue
+                    parts = s.replace(",", " ").split()
+                    try:
+                        vals = [float(v) for v in parts]
+                    except ValueError:
+                        raise ValueError(
+                            f"{p}: line {n}: expected two numbers 'raw force', got {s[:60]!r}"
+                        ) from None
+                    if len(vals) != 2:
+                        raise ValueError(
+                            f"{p}: line {n}: expected two columns (raw force), got {len(vals)}"
+                        )
+                    rows.append(vals)
+        except UnicodeDecodeError:
+            raise ValueError(f"{p}: not a text log (use .npz for an NPZ log)") from None
+        arr = np.asarray(rows, float).reshape(-1, 2)
         raw, force = arr[:, :1], arr[:, 1:]
         dt = header_dt if dt is None else dt
     if raw.ndim == 1:
         raw, force = raw[:, None], force[:, None]
     if raw.shape != force.shape or raw.ndim != 2:
-        raise ValueError(
-            f"path: raw {raw.shape} and force {force.shape} must both be [T] or [T, N]"
-        )
+        raise ValueError(f"{p}: raw {raw.shape} and force {force.shape} must both be [T] or [T, N]")
     if raw.shape[0] < 2:
-        raise ValueError("path: expected at least two samples (empty time range)")
+        raise ValueError(f"{p}: expected at least two samples, got {raw.shape[0]}")
     if not (np.all(np.isfinite(raw)) and np.all(np.isfinite(force))):
-        raise ValueError("path: non-finite readings in the log")
-    if dt is None or not dt > 0:
+        raise ValueError(f"{p}: non-finite readings in the log")
+    if dt is None or not dt > 0 or not np.isfinite(dt):
         raise ValueError(
-            f"dt: expected the sample period (s) > 0, from the log or the argument, got {dt}"
+            f"{p}: dt: expected the sample period (s) > 0, from the log or --dt, got {dt}"
         )
     return RawLog(raw, force, float(dt))
 
@@ -120,8 +153,16 @@ def fit_raw_model(
     Initial values: offset at the 5th percentile of the raw counts, exponent 1, a linear curve
     matching the force range, weak hysteresis.
     """
+    if not 0.0 < float(train_fraction) <= 1.0:
+        raise ValueError(f"train_fraction: expected a fraction in (0, 1], got {train_fraction}")
     T = log.raw.shape[0]
     n_train = max(2, int(round(T * train_fraction)))
+    flat = np.ptp(log.raw[:n_train], axis=0) == 0
+    if np.any(flat):
+        raise ValueError(
+            f"raw: taxel(s) {np.flatnonzero(flat).tolist()} read a constant over the "
+            f"{n_train} training samples: the curve is not identifiable from them"
+        )
     raw = jnp.asarray(log.raw[:n_train])
     force = jnp.asarray(log.force[:n_train])
     N = raw.shape[1]

@@ -15,6 +15,31 @@ def _materialise_steps() -> bool:
     return jax.default_backend() == "cpu"
 
 
+def _time_length(inputs_seq, axis_name: str = "time") -> int:
+    """The leading (time) axis length of every leaf of ``inputs_seq``; a ValueError naming the
+    missing or inconsistent axis otherwise."""
+    from .sensors import SensorInputs
+
+    if isinstance(inputs_seq, SensorInputs) and jnp.ndim(inputs_seq.T_world_link) < 2:
+        raise ValueError(
+            f"inputs_seq: expected a leading {axis_name} axis on every leaf (T_world_link "
+            f"[T, 7]), got T_world_link of shape {jnp.shape(inputs_seq.T_world_link)}; stack "
+            "the per-step inputs with jax.tree.map(lambda *x: jnp.stack(x), *inputs)"
+        )
+    leaves = jax.tree_util.tree_leaves_with_path(inputs_seq)
+    if not leaves:
+        raise ValueError("inputs_seq: expected arrays with a leading time axis, got no leaves")
+    sizes = {jnp.shape(x)[0] if jnp.ndim(x) else None for _, x in leaves}
+    if None in sizes or len(sizes) != 1:
+        bad = [(jax.tree_util.keystr(k), jnp.shape(x)) for k, x in leaves if jnp.ndim(x) == 0] or [
+            (jax.tree_util.keystr(k), jnp.shape(x)) for k, x in leaves
+        ]
+        raise ValueError(
+            f"inputs_seq: every leaf needs the same leading {axis_name} axis; got {bad[:4]}"
+        )
+    return sizes.pop()
+
+
 def _scan_steps(step, state, inputs_seq, keys, checkpoint: bool):
     """``lax.scan`` of ``step(state, inputs, key)`` over the leading axis of ``inputs_seq``
     (and of ``keys``, or None): ``(final_state, readings [T, ...])``."""
@@ -59,7 +84,7 @@ def rollout(sensor, state, inputs_seq, key=None, *, checkpoint: bool = False):
       ``(final_state, readings)`` where every leaf of ``readings`` has a leading ``[T]`` axis.
       Vmap this function over environments (``in_axes`` on ``state``, ``inputs_seq``, ``key``).
     """
-    n = jax.tree_util.tree_leaves(inputs_seq)[0].shape[0]
+    n = _time_length(inputs_seq)
     keys = None if key is None else jax.random.split(key, n)
     return _scan_steps(sensor.step, state, inputs_seq, keys, checkpoint)
 

@@ -163,7 +163,10 @@ class HandSkeletonRef:
         for i, j in enumerate(self.joints):
             try:
                 v = int(j)
+                exact = isinstance(j, (int, np.integer)) or float(j) == v
             except (TypeError, ValueError):
+                exact = False
+            if not exact or isinstance(j, bool):
                 raise TypeError(
                     f"HandSkeletonRef.joints[{i}]: expected an int joint id, got {j!r}"
                 ) from None

@@ -33,7 +33,7 @@ def test_closed_form_values():
     sd, n = s.sdf_local(jnp.array([[0.0, 0, 2.0], [0.1, 0, 0], [0, 0, 0]]))
     np.testing.assert_allclose(sd, [1.5, -0.4, -0.5])
     np.testing.assert_allclose(n[:2], [[0, 0, 1], [1, 0, 0]])
-    np.testing.assert_array_equal(n[2], [0, 0, 0])  # centre: zero normal (Genesis)
+    np.testing.assert_array_equal(n[2], [0, 0, 1])  # centre: +z (Genesis: the zero vector)
 
     b = Box(size=[2.0, 4.0, 6.0])
     pts = jnp.array([[2.0, 0, 0], [0, 0, 0], [2.0, 3.0, 0], [0.5, 1.9, 0], [2.0, 3.0, 4.0]])

@@ -38,6 +38,22 @@ def test_cli_demo_quick_prints_table(tmp_path, capsys):
     assert "bind position error" in out and "normal_stiffness" in out
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["median_position_error_m"]["recovered"] < res["median_position_error_m"]["initial"]
+    # the demo's own recording is a valid input of `difftaxel calibrate` (installed command)
+    import shutil
+    import subprocess
+    import sys
+
+    exe = shutil.which("difftaxel")
+    cmd = [exe] if exe else [sys.executable, "-m", "difftaxel.cli"]
+    out = tmp_path / "cal.json"
+    r = subprocess.run(
+        [*cmd, "calibrate", str(tmp_path / "session.npz"), "--steps", "3", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "taxels touched" in r.stdout and out.exists()
 
 
 def test_cli_press_and_help(capsys):

@@ -9,7 +9,7 @@ import numpy as np
 from .. import pose as _pose
 from .._numerics import cross
 from .._pytree import pytree_dataclass
-from .._validate import check_finite, check_pose, check_shape
+from .._validate import check_finite, check_last_dim, check_pose, check_shape
 from .planes import Planes, affine_planes
 from .shapes import Sphere, sdf_local_xyz
 
@@ -102,9 +102,24 @@ class Bodies:
         return np.array([s.body for s in self.shapes], dtype=np.int32)
 
     def with_state(self, poses: Array, twists: Array | None = None) -> Bodies:
-        """Same shapes, new ``poses [B, 7]`` and ``twists [B, 6]`` (no validation: jit-safe)."""
+        """Same shapes, new ``poses [..., B, 7]`` and ``twists [..., B, 6]``.
+
+        Concrete (host) values are checked: shapes, finite values and unit quaternions (x, y, z,
+        w) within 1e-6, so a doubled or zero quaternion is refused with an error naming
+        ``poses``. Traced values (inside ``jit``, ``vmap``, ``grad``) are used as given: a
+        quaternion of norm ``s`` then rotates and scales points by ``s^2``, so normalise them
+        upstream (:func:`difftaxel.pose.quat_normalize`) if they can drift.
+        """
         from .._pytree import replace
 
+        B = self.num_bodies
+        check_last_dim(poses, 7, "poses")
+        if np.shape(poses)[-2:-1] != (B,):
+            raise ValueError(f"poses: expected shape (..., {B}, 7), got {np.shape(poses)}")
+        check_pose(poses, "poses")
+        if twists is not None:
+            check_last_dim(twists, 6, "twists")
+            check_finite(twists, "twists")
         return replace(self, poses=poses, twists=self.twists if twists is None else twists)
 
     def query(self, points, body_mask: Array | None = None, *, frame: Array | None = None):

@@ -67,6 +67,16 @@ def _norm3(x, y, z):
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, sq, 1.0)), 0.0)
 
 
+def _unit_or(d, comps, fallback):
+    """``comps / d`` where ``d > 0``, else the unit vector ``fallback`` (a direction defined
+    where the gradient of the distance is not: a sphere's centre, a capsule's or cylinder's
+    axis). Double ``where``: value and gradient finite at ``d == 0``."""
+    ok = d > 0
+    inv = 1.0 / jnp.where(ok, d, 1.0)  # 1 at d == 0, where every component is 0
+    off = 1.0 - ok.astype(d.dtype)
+    return tuple(c * inv + off * f if f else c * inv for c, f in zip(comps, fallback))
+
+
 def _stacked(xyz_fn, p):
     sd, n = xyz_fn(p[..., 0], p[..., 1], p[..., 2])
     return sd, jnp.stack(n, axis=-1)
@@ -103,7 +113,10 @@ class Shape:
 class Sphere(Shape):
     """Sphere of ``radius`` (m) centred at the shape origin.
 
-    ``sd = |p| - radius``; normal ``p / max(|p|, eps)`` (zero at the centre).
+    ``sd = |p| - radius``; normal ``p / |p|``, and ``+z`` (of the frame the point is given in) at
+    the centre, where the
+    direction is undefined (Genesis returns the zero vector there, so a probe at the exact centre
+    reads no force; here it is pushed along ``+z``).
     """
 
     radius: Array = 0.01
@@ -121,8 +134,7 @@ class Sphere(Shape):
 
     def sdf_local_xyz(self, x, y, z):
         d = _norm3(x, y, z)
-        inv = 1.0 / jnp.maximum(d, _eps(x.dtype))
-        return d - self.radius.astype(x.dtype), (x * inv, y * inv, z * inv)
+        return d - self.radius.astype(x.dtype), _unit_or(d, (x, y, z), (0.0, 0.0, 1.0))
 
     def aabb_local(self):
         r = jnp.broadcast_to(jnp.asarray(self.radius), (3,))
@@ -242,8 +254,8 @@ class Capsule(Shape):
         hl = 0.5 * self.length.astype(x.dtype)
         dz = z - jnp.clip(z, -hl, hl)
         d = _norm3(x, y, dz)
-        inv = 1.0 / jnp.maximum(d, _eps(x.dtype))
-        return d - self.radius.astype(x.dtype), (x * inv, y * inv, dz * inv)
+        # on the axis segment the direction is undefined: +x (shape frame)
+        return d - self.radius.astype(x.dtype), _unit_or(d, (x, y, dz), (1.0, 0.0, 0.0))
 
     def aabb_local(self):
         r, hl = jnp.asarray(self.radius), 0.5 * jnp.asarray(self.length)
@@ -275,7 +287,9 @@ class Cylinder(Shape):
         dz = jnp.abs(p[..., 2]) - 0.5 * self.height
         dro, dzo = jnp.maximum(dr, 0.0), jnp.maximum(dz, 0.0)
         sd = safe_norm(jnp.stack([dro, dzo], -1)) + jnp.minimum(jnp.maximum(dr, dz), 0.0)
-        rhat = safe_normalize(pxy)
+        rhat = jnp.stack(
+            _unit_or(rho, (pxy[..., 0], pxy[..., 1]), (1.0, 0.0)), -1
+        )  # +x on the axis
         zero = jnp.zeros_like(dr)
         sz = _sign_nonzero(p[..., 2])
         radial = jnp.concatenate([rhat, zero[..., None]], -1)

@@ -276,7 +276,8 @@ class ContactProbe(_ContactSensor):
     ``release_threshold=None`` means equal to ``contact_threshold``, i.e. a plain threshold;
     it may be negative). Fillers (radius 0) read False. Stages: ``"radius_noise"``.
 
-    With ``smoothing > 0`` the comparisons become sigmoids of width ``smoothing`` and the flags
+    With ``smoothing > 0`` the comparisons become sigmoids of width ``smoothing`` (rescaled to
+    read exactly 0 at zero depth, so far from contact the flags are exactly False) and the flags
     soft values in [0, 1] (float); otherwise ``step`` returns bool ``[*layout]`` arrays.
     """
 
@@ -311,9 +312,20 @@ class ContactProbe(_ContactSensor):
         z = jnp.zeros_like(g)
         return ContactProbeState(g, z, z, chain)
 
+    def _gate(self, d, threshold):
+        """``d > threshold`` for a depth ``d >= 0``; with smoothing, a sigmoid of width
+        ``smoothing`` rescaled to be exactly 0 at ``d = 0`` (so a probe far from contact reads
+        exactly what the exact form reads) and 1 for a negative threshold (always exceeded)."""
+        if not self.smoothing > 0:
+            return step_gate(d, 0.0, threshold)
+        thr = jnp.asarray(threshold, d.dtype)
+        g0 = jax.nn.sigmoid(-thr / self.smoothing)
+        g = (jax.nn.sigmoid((d - thr) / self.smoothing) - g0) / (1.0 - g0)
+        return jnp.where(thr < 0, 1.0, g)
+
     def _latch(self, d, prev, active):
-        on = step_gate(d, self.smoothing, self.contact_threshold)
-        hold = step_gate(d, self.smoothing, self.release)
+        on = self._gate(d, self.contact_threshold)
+        hold = self._gate(d, self.release)
         new = on + (1.0 - on) * prev * hold  # = on OR (prev AND hold) for 0/1 values
         return jnp.where(active, new, 0.0)
 
