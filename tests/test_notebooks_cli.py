@@ -34,9 +34,17 @@ def test_three_notebooks_exist():
 
 def test_cli_demo_quick_prints_table(tmp_path, capsys):
     assert main(["demo", "--quick", "--no-plots", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    cap = capsys.readouterr()
+    out = cap.out
     assert "bind position error" in out and "normal_stiffness" in out
+    assert "fit [" in cap.err and "60/60" in cap.err  # progress within each stage
     res = json.loads((tmp_path / "results.json").read_text())
+    # a parameter that ends farther from the truth than it started is said so
+    for name in res["not_converged"]:
+        assert name in out.split("note:")[1]
+    for k, v in res["parameters"].items():
+        worse = abs(v["recovered"] - v["true"]) > abs(v["initial"] - v["true"])
+        assert worse == (k in res["not_converged"]), k
     assert res["median_position_error_m"]["recovered"] < res["median_position_error_m"]["initial"]
     # the demo's own recording is a valid input of `difftaxel calibrate` (installed command)
     import shutil
@@ -54,6 +62,31 @@ def test_cli_demo_quick_prints_table(tmp_path, capsys):
     )
     assert r.returncode == 0, r.stderr
     assert "taxels touched" in r.stdout and out.exists()
+
+
+def test_demo_plots_written_atomically(tmp_path):
+    pytest.importorskip("matplotlib")
+    from difftaxel.demo import _plots
+
+    rng = np.random.default_rng(0)
+    meas = -np.abs(rng.normal(size=(6, 80, 3)))
+    tb = rng.normal(size=(80, 7)) * 0.01
+    paths = _plots(
+        str(tmp_path),
+        list(np.geomspace(1, 1e-3, 30)),
+        [(10, "a"), (20, "b"), (30, "c")],
+        meas,
+        meas * 0.9,
+        tb,
+        tb,
+        tb,
+        rng.normal(size=(26, 3)) * 0.05,
+    )
+    names = sorted(os.path.basename(p) for p in paths)
+    assert names == ["loss.png", "tactile_images.png", "taxels_on_hand.png"]
+    assert sorted(os.listdir(tmp_path)) == names  # no temporary files left
+    for p in paths:
+        assert open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 def test_cli_press_and_help(capsys):
