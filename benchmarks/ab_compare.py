@@ -6,6 +6,7 @@ alike. Each benchmark's last output line is its JSON summary; every numeric entr
 as the median over rounds per tree and the ratio new / old.
 
 Usage: python benchmarks/ab_compare.py REV [--rounds 3] [--bench kinematic imperfections ...]
+       [--new-scripts]  (this tree's scripts against both libraries)
 Last line: {"rev": ..., "rounds": ..., "results": {bench: {key: [old, new, ratio]}}}
 """
 
@@ -22,6 +23,7 @@ import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ARGS = {
+    "sensors": ["--rounds", "5"],
     "kinematic": ["--rounds", "5"],
     "imperfections": ["--repeats", "7"],
     "proximity": ["--headline", "--repeats", "5"],
@@ -31,9 +33,10 @@ ARGS = {
 }
 
 
-def run(tree: pathlib.Path, bench: str) -> dict:
+def run(tree: pathlib.Path, bench: str, scripts: pathlib.Path | None = None) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, str(tree / "benchmarks" / f"bench_{bench}.py"), *ARGS.get(bench, [])]
+    script = (scripts or tree) / "benchmarks" / f"bench_{bench}.py"
+    cmd = [sys.executable, str(script), *ARGS.get(bench, [])]
     out = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -51,6 +54,11 @@ def main() -> None:
     ap.add_argument("rev")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--bench", nargs="+", default=["kinematic", "imperfections", "proximity"])
+    ap.add_argument(
+        "--new-scripts",
+        action="store_true",
+        help="run this tree's benchmark scripts against both libraries (a benchmark REV lacks)",
+    )
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         old = pathlib.Path(tmp) / "old"

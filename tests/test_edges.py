@@ -273,3 +273,39 @@ def test_press_table_agrees_with_its_summary(capsys):
     assert all(r[6] <= 0 for r in rows) and summary["total_Fz_N"] < 0
     # the deepest probe reads the surface press plus its own radius
     assert max(r[2] for r in rows) == pytest.approx(3.0, abs=1e-3)
+
+
+def test_grid_reports_the_gridded_shapes_box():
+    box = dt.Box(size=[0.02, 0.03, 0.004])
+    g = dt.GridSDF.from_shape(box)
+    lo, hi = g.aabb_local()
+    np.testing.assert_allclose(lo, [-0.01, -0.015, -0.002])
+    np.testing.assert_allclose(hi, [0.01, 0.015, 0.002])
+    raw = dt.GridSDF(values=g.values, scale=g.scale, offset=g.offset)  # no bounds: the grid
+    assert np.all(np.asarray(raw.aabb_local()[1]) > hi)
+
+
+def test_contact_latch_tie_rule_is_strict_in_step_and_rollout():
+    """A depth exactly equal to a threshold does not exceed it (Genesis's strict ``>``), the
+    same in one jitted step and in a rollout: the values here are exact in binary."""
+    probe = ContactProbe(
+        probe_local_pos=[[0.0, 0, 0]], probe_radius=0.5, contact_threshold=0.375,
+        release_threshold=0.25,
+    )  # fmt: skip
+    plane = dt.Bodies((dt.Plane(),), np.array([[0.0, 0, 0, 0, 0, 0, 1]]))
+
+    def at(h):  # plane surface at height h: depth = 0.5 + h (exact for these h)
+        return make_inputs(
+            np.r_[0, 0, 0, 0, 0, 0, 1.0], plane.with_state(np.array([[0, 0, h, 0, 0, 0, 1.0]]))
+        )
+
+    seq = [at(-0.0625), at(-0.25), at(-0.125), at(-0.25)]  # depths 0.4375, 0.25, 0.375, 0.25
+    st, flags = probe.init_state(), []
+    step = jax.jit(probe.step)
+    for inp in seq:
+        st, r = step(st, inp)
+        flags.append(bool(r.ground_truth[0]))
+    assert flags == [True, False, False, False]  # 0.25 == release: released; 0.375 == contact: off
+    stacked = jax.tree.map(lambda *x: jnp.stack(x), *seq)
+    _, rr = rollout(probe, probe.init_state(), stacked)
+    assert np.asarray(rr.ground_truth)[:, 0].tolist() == flags

@@ -446,3 +446,47 @@ def test_bad_input():
             shear_scale=0.0,
             imperfections=dt.Imperfections(crosstalk_strength=0.5, crosstalk_sigma=0.1),
         )
+
+
+@pytest.mark.parametrize("uniform", [True, False], ids=["one_normal", "per_probe_normals"])
+def test_shear_field_equals_the_pairwise_sum(uniform):
+    """The shear field written as masked row sums equals Genesis's per-pair sum
+    (``delta_t = delta - n (delta . n)``, ``|delta_t|^2 > eps^2``, tangential ``rho``), computed
+    here in numpy with ``[N, M, 3]`` arrays, for one shared normal and for per-probe normals."""
+    rng = np.random.default_rng(7)
+    N, M = 12, 40
+    x = rng.uniform(-0.01, 0.01, (N, 3))
+    if uniform:
+        nrm = np.array([0.2, -0.1, 0.97])
+    else:
+        nrm = rng.normal(size=(N, 3)) + np.array([0, 0, 3.0])
+    nrm = nrm / np.linalg.norm(nrm, axis=-1, keepdims=True)
+    y = rng.uniform(-0.01, 0.01, (M, 3))
+    entry = y + rng.normal(0, 1e-3, (M, 3)) * (rng.uniform(size=(M, 1)) > 0.3)
+    D = np.maximum(rng.normal(0.001, 0.001, M), 0.0)
+    anchored = rng.uniform(size=M) > 0.2
+    pts = TrackedPoints(points=rng.normal(size=(M, 3)), segments=((0, M),))
+    e = ElastomerTaxel(
+        probe_local_pos=x,
+        probe_local_normal=nrm,
+        track_points=pts,
+        elastomer_shapes=(dt.Box(size=[0.05, 0.05, 0.004]),),
+        lambda_s=3000.0,
+        shear_scale=0.7,
+    )
+    eps = np.finfo(np.float64).eps
+    u = np.asarray(
+        e._shear_field(
+            jnp.asarray(y), jnp.asarray(entry), jnp.asarray(D), jnp.asarray(anchored), eps
+        )
+    )
+    n3 = np.broadcast_to(nrm.reshape(-1, 3), (N, 3))[:, None]  # [N, 1, 3]
+    delta = (y - entry)[None]
+    dt_ = delta - n3 * np.sum(delta * n3, -1, keepdims=True)
+    rho = x[:, None] - y[None]
+    rho_t = rho - n3 * np.sum(rho * n3, -1, keepdims=True)
+    w = D[None] * np.exp(-3000.0 * np.sum(rho_t**2, -1))
+    ok = (anchored & (D > eps))[None] & (np.sum(dt_**2, -1) > eps**2)
+    ref = 0.7 * np.sum(np.where(ok, w, 0.0)[..., None] * dt_, axis=1)
+    assert np.abs(ref).max() > 1e-6
+    np.testing.assert_allclose(u, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())

@@ -8,6 +8,14 @@ Lookup (Genesis 1.4.5): base index ``b = min(floor(s), n - 2)``, trilinear weigh
 of the 8 corners. Normal: the trilinear interpolation of the stored node gradients, normalised
 (as Genesis), or the normalised gradient of the interpolant when no node gradients are stored.
 
+What it reproduces of Genesis: the grid's placement and node count, node values (for a box,
+to 3e-14 of Genesis's), the trilinear lookup and the interpolated node-gradient normal. Not
+reproduced: node gradients where several surfaces are equally near (a box's medial planes, 280
+of 32,768 nodes of a 32^3 box grid): :meth:`GridSDF.from_shape` takes the analytic shape's
+normal there (ties to the lowest axis), Genesis breaks the tie its own way, so normals, and
+KinematicTaxel's forces, differ in the cells next to those planes (up to 67 % of the largest
+force in a measured box scene). Depths (ContactDepthProbe, ElastomerTaxel) are not affected.
+
 Outside the grid two rules:
 
 * ``out_of_grid="continuous"`` (default): the query is clamped to the grid box and the distance
@@ -88,6 +96,10 @@ class GridSDF(Shape):
       T_body_shape: ``[7]`` pose on the owning body.
       body: owning body index (static).
       out_of_grid: ``"continuous"`` (default) or ``"genesis"`` (static).
+      bounds: the gridded shape's own box ``((lo x, y, z), (hi x, y, z))`` (m, shape frame;
+        static), recorded by :meth:`from_shape` and :meth:`from_trimesh`; :meth:`aabb_local`
+        reports it (Genesis's geom AABB is the shape's, not its grid's, which extends by a
+        margin). ``None``: the grid's extent.
 
     Build with :meth:`from_arrays`, :meth:`from_shape` (sampled analytic shape; 32 nodes per axis
     like Genesis's primitives) or :meth:`from_trimesh` (Genesis's construction).
@@ -100,8 +112,14 @@ class GridSDF(Shape):
     T_body_shape: Array = None
     body: int = static_field(0)
     out_of_grid: str = static_field("continuous")
+    bounds: tuple | None = static_field(None)
 
     def __post_init__(self):
+        if self.bounds is not None:
+            b = np.asarray(self.bounds, dtype=float)
+            if b.shape != (2, 3) or not np.all(np.isfinite(b)) or np.any(b[0] > b[1]):
+                raise ValueError(f"GridSDF.bounds: expected ((lo x3), (hi x3)), lo <= hi, got {b}")
+            object.__setattr__(self, "bounds", tuple(tuple(float(x) for x in r) for r in b))
         v = np.asarray(self.values, dtype=float)
         if v.ndim != 3 or min(v.shape) < 2:
             raise ValueError(
@@ -164,6 +182,7 @@ class GridSDF(Shape):
         sd, nrm = shape.sdf_local(jnp.asarray(nodes, jnp.result_type(float)))
         kw.setdefault("T_body_shape", np.asarray(shape.T_body_shape))
         kw.setdefault("body", shape.body)
+        kw.setdefault("bounds", (tuple(np.asarray(lo, float)), tuple(np.asarray(hi, float))))
         return cls.from_arrays(np.asarray(sd), origin, cell, grads=np.asarray(nrm), **kw)
 
     @classmethod
@@ -188,6 +207,7 @@ class GridSDF(Shape):
         axes = [origin[k] + cell[k] * np.arange(nn[k]) for k in range(3)]
         nodes = np.stack(np.meshgrid(*axes, indexing="ij"), -1)
         sd, nrm = tm.sdf_local(jnp.asarray(nodes, jnp.result_type(float)))
+        kw.setdefault("bounds", (tuple(lo.astype(float)), tuple(hi.astype(float))))
         return cls.from_arrays(np.asarray(sd), origin, cell, grads=np.asarray(nrm), **kw)
 
     # ------------------------------------------------------------------------ evaluation
@@ -197,6 +217,10 @@ class GridSDF(Shape):
         return self.values.shape
 
     def aabb_local(self):
+        """``(lo [3], hi [3])`` (m, shape frame): ``bounds`` if recorded, else the grid's
+        extent."""
+        if self.bounds is not None:
+            return np.asarray(self.bounds[0]), np.asarray(self.bounds[1])
         n = np.asarray(self.values.shape) - 1
         sc, off = np.asarray(self.scale), np.asarray(self.offset)
         return (0 - off) / sc, (n - off) / sc

@@ -378,17 +378,36 @@ class ElastomerTaxel(ProbeSensor):
         anchored = jnp.where(release, False, state.anchored | enter)
         entry = jnp.where(release[:, None], 0.0, jnp.where(enter[:, None], y, state.anchor_entry))
         eps = _eps(dtype)
-        x = self.flat_positions(dtype)
-        n = self.flat_normals(dtype)
-        delta = (y - entry)[None]  # [1, M, 3]
-        dt_ = delta - n[:, None] * dot(delta, n[:, None], keepdims=True)  # [N, M, 3]
-        rho = x[:, None] - y[None]
-        rho_t = rho - n[:, None] * dot(rho, n[:, None], keepdims=True)
-        wgt = D[None] * jnp.exp(-self.lambda_s * jnp.sum(rho_t * rho_t, -1))
-        ok = (anchored & (D > eps))[None] & (jnp.sum(dt_ * dt_, -1) > eps * eps)
-        u = self.shear_scale * jnp.sum(jnp.where(ok, wgt, 0.0)[..., None] * dt_, axis=1)
+        u = self._shear_field(y, entry, D, anchored, eps)
         u = jnp.where(self._active(dtype)[:, None], u, 0.0)
         return replace(state, anchored=anchored, anchor_entry=entry), u
+
+    def _shear_field(self, y, entry, D, anchored, eps):
+        """``u_i = shear_scale sum_j ok_ij D_j exp(-lambda_s |rho_t,ij|^2) delta_t,j(i)`` over the
+        tracked points ``j`` (link frame), with ``delta = y - entry``, ``delta_t(i) = delta -
+        n_i (delta . n_i)``, ``rho = x_i - y_j`` projected on the probe's tangent plane and
+        ``ok`` = anchored, ``D > eps`` and ``|delta_t|^2 > eps^2``.
+
+        Written on ``[N, M]`` planes (no ``[N, M, 3]`` array): ``sum_j W_ij delta_t,j(i) =
+        sum_j W_ij delta_j - n_i sum_j W_ij (delta_j . n_i)``, four masked row sums. With one
+        normal for every probe (``probe_local_normal`` of shape ``(3,)``) the per-point terms
+        are ``[1, M]``."""
+        dtype = y.dtype
+        x = self.flat_positions(dtype)  # [N, 3]
+        n = self.probe_local_normal.astype(dtype).reshape(-1, 3)  # [N, 3] or [1, 3]
+        delta = y - entry  # [M, 3]
+        nk = [n[:, k : k + 1] for k in range(3)]  # [N or 1, 1]
+        dk = [delta[None, :, k] for k in range(3)]  # [1, M]
+        dn = nk[0] * dk[0] + nk[1] * dk[1] + nk[2] * dk[2]  # delta_j . n_i
+        d2 = dk[0] * dk[0] + dk[1] * dk[1] + dk[2] * dk[2]
+        rho = [x[:, k : k + 1] - y[None, :, k] for k in range(3)]  # [N, M]
+        rn = nk[0] * rho[0] + nk[1] * rho[1] + nk[2] * rho[2]
+        rho_t2 = rho[0] * rho[0] + rho[1] * rho[1] + rho[2] * rho[2] - rn * rn
+        ok = (anchored & (D > eps))[None] & (d2 - dn * dn > eps * eps)
+        W = jnp.where(ok, D[None] * jnp.exp(-self.lambda_s * rho_t2), 0.0)  # [N, M]
+        Wdn = jnp.sum(W * dn, axis=1)  # [N]
+        u = [jnp.sum(W * dk[k], axis=1) - n[:, k] * Wdn for k in range(3)]
+        return self.shear_scale * jnp.stack(u, -1)
 
     def displacement(self, state: ElastomerState, inputs: SensorInputs):
         """Ground-truth marker displacement ``[N, 3]`` (m, link frame) and the new state."""
