@@ -72,9 +72,9 @@ def main() -> None:
                 for r in range(a.rounds):
                     order = ("old", "new") if r % 2 == 0 else ("new", "old")
                     for side in order:
-                        samples[side].append(
-                            dict(flatten(run(old if side == "old" else ROOT, bench)))
-                        )
+                        tree = old if side == "old" else ROOT
+                        res = run(tree, bench, ROOT if a.new_scripts else None)
+                        samples[side].append(dict(flatten(res)))
                         print(f"{bench} round {r} {side} done", flush=True)
                 table = {}
                 for key in samples["new"][0]:

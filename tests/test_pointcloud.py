@@ -490,3 +490,27 @@ def test_shear_field_equals_the_pairwise_sum(uniform):
     ref = 0.7 * np.sum(np.where(ok, w, 0.0)[..., None] * dt_, axis=1)
     assert np.abs(ref).max() > 1e-6
     np.testing.assert_allclose(u, ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+def test_elastomer_stale_aabb_rule():
+    """Genesis's stale box: a box sliding along +x over the markers is read only at markers
+    inside its start-of-step box; with the start pose equal to the current pose the rule
+    changes nothing (outside a body's box its depth is 0 anyway)."""
+    grid = generate_grid_points_on_plane((-0.006, -0.006, 0), (0.006, 0.006, 0), (0, 0, 1), 7, 7)
+    pts = TrackedPoints(points=np.zeros((1, 3)), segments=((0, 1),))
+    kw = dict(probe_local_pos=grid, track_points=pts, shear_scale=0.0, probe_radius=0.001)
+    plain, stale = ElastomerTaxel(**kw), ElastomerTaxel(**kw, stale_aabb=True)
+    box = dt.Bodies((dt.Box(size=[0.008, 0.02, 0.01]),), np.array([[0.0, 0, 0.0045, 0, 0, 0, 1]]))
+    link = np.r_[0, 0, 0, 0, 0, 0, 1.0]
+    start = np.array([[-0.003, 0, 0.0045, 0, 0, 0, 1.0]])  # 3 mm behind: slid 3 mm this step
+    inp = make_inputs(link, box, body_poses_start=start)
+    H = np.asarray(plain.depths(inp))
+    Hs = np.asarray(stale.depths(inp))
+    x = np.asarray(grid).reshape(-1, 3)[:, 0]
+    inside_start = (x >= -0.007) & (x <= 0.001)
+    np.testing.assert_array_equal(Hs, np.where(inside_start, H, 0.0))
+    assert np.any(H[~inside_start] > 0) and np.all(Hs[~inside_start] == 0)
+    same = make_inputs(link, box, body_poses_start=np.asarray(box.poses))
+    np.testing.assert_array_equal(np.asarray(stale.depths(same)), H)
+    with pytest.raises(ValueError, match="inputs.body_poses_start: ElastomerTaxel"):
+        stale.depths(make_inputs(link, box))

@@ -60,6 +60,9 @@ class SensorInputs:
       bodies: :class:`~difftaxel.geometry.Bodies` around the sensor (shapes, poses, twists).
       body_mask: ``[B]`` bool: False removes a body from the query (contact gating, filters).
       dt: step length (s).
+      body_poses_start: optional ``[B, 7]`` body poses at the start of the step (position m,
+        quaternion x, y, z, w), for Genesis's stale bounding-box rule
+        (``ElastomerTaxel(stale_aabb=True)``); None otherwise.
     """
 
     T_world_link: Array
@@ -67,10 +70,14 @@ class SensorInputs:
     bodies: Bodies
     body_mask: Array
     dt: Array
+    body_poses_start: Array | None = None
 
 
-def make_inputs(T_world_link, bodies: Bodies, twist_link=None, body_mask=None, dt=0.01):
-    """Validated :class:`SensorInputs` (host side). Defaults: zero twist, every body on, 10 ms."""
+def make_inputs(
+    T_world_link, bodies: Bodies, twist_link=None, body_mask=None, dt=0.01, body_poses_start=None
+):
+    """Validated :class:`SensorInputs` (host side). Defaults: zero twist, every body on, 10 ms,
+    no start-of-step poses."""
     dtype = jnp.result_type(float)
     check_shape(T_world_link, (7,), "T_world_link")
     check_pose(T_world_link, "T_world_link")
@@ -86,12 +93,17 @@ def make_inputs(T_world_link, bodies: Bodies, twist_link=None, body_mask=None, d
     check_shape(m, (B,), "body_mask")
     if not (np.asarray(dt) > 0):
         raise ValueError(f"dt: expected > 0, got {dt}")
+    if body_poses_start is not None:
+        check_shape(body_poses_start, (B, 7), "body_poses_start")
+        check_pose(body_poses_start, "body_poses_start")
+        body_poses_start = jnp.asarray(body_poses_start, dtype)
     return SensorInputs(
         T_world_link=jnp.asarray(T_world_link, dtype),
         twist_link=jnp.asarray(tw, dtype),
         bodies=bodies,
         body_mask=jnp.asarray(m, bool),
         dt=jnp.asarray(dt, dtype),
+        body_poses_start=body_poses_start,
     )
 
 
@@ -115,6 +127,11 @@ def check_inputs_trace(inputs: SensorInputs) -> None:
     if inputs.bodies.twists.shape != (B, 6):
         raise ValueError(
             f"inputs.bodies.twists: expected shape ({B}, 6), got {inputs.bodies.twists.shape}"
+        )
+    if inputs.body_poses_start is not None and jnp.shape(inputs.body_poses_start) != (B, 7):
+        raise ValueError(
+            f"inputs.body_poses_start: expected shape ({B}, 7), got "
+            f"{jnp.shape(inputs.body_poses_start)}"
         )
     if jnp.shape(inputs.body_mask) != (B,):
         raise ValueError(

@@ -89,6 +89,10 @@ class ElastomerTaxel(ProbeSensor):
     the ``1 / r`` kernels (compressibility < 1): None follows Genesis (the thickness if > 0,
     else the mean grid spacing on the FFT path, else ``sqrt(area / N)``).
 
+    Depth is read from every tracked body at its current pose; ``stale_aabb=True`` (static)
+    applies Genesis's rule instead: a body counts at a marker only if the marker lies in its box
+    at the start of the step (``inputs.body_poses_start``); see :meth:`depths`.
+
     Measured branch: hysteresis, then ``x probe_gain``, then the hardware chain.
     """
 
@@ -108,6 +112,7 @@ class ElastomerTaxel(ProbeSensor):
     elastomer_thickness: float = static_field(0.0)
     fft_size: tuple | None = static_field(None)
     use_fft: bool | None = static_field(None)
+    stale_aabb: bool = static_field(False)
 
     STAGES = ("shear",)
     N_CHANNELS = 3
@@ -159,6 +164,8 @@ class ElastomerTaxel(ProbeSensor):
             return h
         if name == "use_fft":
             return None if v is None else bool(v)
+        if name == "stale_aabb":
+            return bool(v)
         if name == "fft_size":
             return None if v is None else tuple(int(x) for x in v)
         return super()._check_field(name, v)
@@ -260,13 +267,47 @@ class ElastomerTaxel(ProbeSensor):
     # ------------------------------------------------------------------ depth and dilation
 
     def depths(self, inputs: SensorInputs) -> Array:
-        """Indentation ``H [N]`` (m): how far a tracked surface has passed each marker."""
+        """Indentation ``H [N]`` (m): how far a tracked surface has passed each marker.
+
+        With ``stale_aabb`` (Genesis's rule), a shape counts at a marker only if the marker (at
+        the current link pose) lies in the shape's world box at the start of the step: the tight
+        box of the 8 corners of ``aabb_local`` moved by ``inputs.body_poses_start`` (a closed
+        test; unbounded shapes such as planes always count)."""
         check_inputs_trace(inputs)
         T = inputs.T_world_link
-        pts = Planes.from_array(self.flat_positions(T.dtype))
-        q = inputs.bodies.query(pts, inputs.body_mask, frame=T)
-        H = jnp.maximum(-jnp.min(q.sd, axis=0), 0.0)
+        x = self.flat_positions(T.dtype)
+        q = inputs.bodies.query(Planes.from_array(x), inputs.body_mask, frame=T)
+        sd = q.sd
+        if self.stale_aabb:
+            if inputs.body_poses_start is None:
+                raise ValueError(
+                    "inputs.body_poses_start: ElastomerTaxel(stale_aabb=True) needs the bodies' "
+                    "poses at the start of the step (make_inputs(..., body_poses_start=...))"
+                )
+            sd = jnp.where(self._inside_start_boxes(inputs, x), sd, 1e6)
+        H = jnp.maximum(-jnp.min(sd, axis=0), 0.0)
         return jnp.where(self._active(T.dtype), H, 0.0)
+
+    def _inside_start_boxes(self, inputs: SensorInputs, x: Array) -> Array:
+        """``[S, N]`` bool: marker ``n`` (link frame ``x [N, 3]``) inside shape ``s``'s world box
+        at the start-of-step pose."""
+        T = inputs.T_world_link
+        dtype = T.dtype
+        p = _pose.matrix_apply(_pose.quat_to_matrix(T[3:]), T[:3], x)  # [N, 3] world
+        rows = []
+        for s in inputs.bodies.shapes:
+            lo, hi = (np.asarray(v, float) for v in s.aabb_local())
+            if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+                rows.append(jnp.ones(x.shape[:1], bool))
+                continue
+            c = np.stack(np.meshgrid(*zip(lo, hi), indexing="ij"), -1).reshape(8, 3)
+            Tw = _pose.compose(
+                inputs.body_poses_start[s.body].astype(dtype), s.T_body_shape.astype(dtype)
+            )
+            cw = _pose.matrix_apply(_pose.quat_to_matrix(Tw[3:]), Tw[:3], jnp.asarray(c, dtype))
+            lo_w, hi_w = jnp.min(cw, 0), jnp.max(cw, 0)
+            rows.append(jnp.all((p >= lo_w[None]) & (p <= hi_w[None]), -1))
+        return jnp.stack(rows)
 
     def _direct(self, H: Array) -> Array:
         x = self.flat_positions(H.dtype)
