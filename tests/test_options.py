@@ -115,6 +115,7 @@ CASES = {
             "elastomer_thickness": 0.002,
             "fft_size": (8, 8),
             "use_fft": False,
+            "stale_aabb": True,
             "stages": ("shear",),
         },
     ),
