@@ -327,28 +327,20 @@ def _save(fig, path):
     atomic_write(path, lambda fh: fig.savefig(fh, format="png", dpi=100))
 
 
-def _plots(out_dir, losses, stage_ends, measured, fitted, tb, b0, b1, joints):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return []
-    paths = []
+def _loss_figure(plt, losses, stage_ends):
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     ax.semilogy(losses)
-    for k, (end, label) in enumerate(stage_ends):
+    for end, label in stage_ends:
         ax.axvline(end, color="0.6", lw=0.8, ls="--")
         ax.text(end, ax.get_ylim()[1], f" {label}", fontsize=7, va="top", ha="right", rotation=90)
-        del k
     ax.set_xlabel("step (dashed: end of each smoothing stage)")
     ax.set_ylabel("normalised loss")
     ax.set_title("calibration loss (3 smoothing stages)")
     fig.tight_layout()
-    paths.append(os.path.join(out_dir, "loss.png"))
-    _save(fig, paths[-1])
-    plt.close(fig)
+    return fig
+
+
+def _tactile_figure(plt, measured, fitted):
     fig, axes = plt.subplots(2, 5, figsize=(11, 4.8), constrained_layout=True)
     # one colour range for every panel; compression is negative Fz (the force on the sensor
     # points into it, along -z of the taxel axes), so the map shows -Fz (N)
@@ -366,12 +358,15 @@ def _plots(out_dir, losses, stage_ends, measured, fitted, tb, b0, b1, joints):
             axes[row, pad].axis("off")
     fig.colorbar(im, ax=axes, fraction=0.02, label="compression -Fz (N)")
     fig.suptitle("fingertip pads at each pad's strongest frame: compression -Fz (N, taxel axes)")
-    paths.append(os.path.join(out_dir, "tactile_images.png"))
-    _save(fig, paths[-1])
-    plt.close(fig)
+    return fig
+
+
+HAND_CHAINS = [[1, 0]] + [[1, *range(f, f + (4 if f == 2 else 5))] for f in (2, 6, 11, 16, 21)]
+
+
+def _hand_figure(plt, tb, b0, b1, joints):
     fig, ax = plt.subplots(figsize=(5.5, 6.5))
-    chains = [[1, 0]] + [[1] + list(range(f, f + (4 if f == 2 else 5))) for f in (2, 6, 11, 16, 21)]
-    for c in chains:
+    for c in HAND_CHAINS:  # wrist-palm and the five fingers' bones
         ax.plot(joints[c, 0] * 1e3, joints[c, 2] * 1e3, color="0.75", lw=2, zorder=0)
     ax.scatter(
         joints[:, 0] * 1e3, joints[:, 2] * 1e3, s=10, color="0.6", zorder=0, label="hand joints"
@@ -384,7 +379,25 @@ def _plots(out_dir, losses, stage_ends, measured, fitted, tb, b0, b1, joints):
     ax.legend(fontsize=8)
     ax.set_title("taxel bind positions on the hand")
     fig.tight_layout()
-    paths.append(os.path.join(out_dir, "taxels_on_hand.png"))
-    _save(fig, paths[-1])
-    plt.close(fig)
+    return fig
+
+
+def _plots(out_dir, losses, stage_ends, measured, fitted, tb, b0, b1, joints):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    figs = {
+        "loss.png": _loss_figure(plt, losses, stage_ends),
+        "tactile_images.png": _tactile_figure(plt, measured, fitted),
+        "taxels_on_hand.png": _hand_figure(plt, tb, b0, b1, joints),
+    }
+    paths = []
+    for name, fig in figs.items():
+        paths.append(os.path.join(out_dir, name))
+        _save(fig, paths[-1])
+        plt.close(fig)
     return paths

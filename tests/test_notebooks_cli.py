@@ -89,6 +89,33 @@ def test_demo_plots_written_atomically(tmp_path):
         assert open(p, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_demo_plots_say_what_they_show():
+    """Panels named by finger with one shared colour range and a labelled colour bar, loss
+    stages marked, the hand drawn and every label inside the figure."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from difftaxel.demo import FINGERS, HAND_CHAINS, _hand_figure, _loss_figure, _tactile_figure
+
+    rng = np.random.default_rng(0)
+    meas = -np.abs(rng.normal(size=(6, 80, 3)))
+    fig = _tactile_figure(plt, meas, meas * 0.5)
+    panels = [a for a in fig.axes if a.images]
+    assert [a.get_title() for a in panels[:5]] == [f"{f} measured" for f in FINGERS]
+    assert len({a.images[0].get_clim() for a in panels}) == 1  # one colour range
+    assert any("compression" in a.get_ylabel() for a in fig.axes if not a.images)
+    fig = _loss_figure(plt, list(np.geomspace(1, 1e-3, 30)), [(10, "a"), (20, "b"), (30, "c")])
+    assert len(fig.axes[0].lines) == 4  # the curve and three stage marks
+    joints = rng.normal(size=(26, 3)) * 0.05
+    tb = rng.normal(size=(80, 7)) * 0.05
+    fig = _hand_figure(plt, tb, tb, tb, joints)
+    ax = fig.axes[0]
+    assert len(ax.lines) == len(HAND_CHAINS)
+    fig.canvas.draw()
+    box = fig.bbox
+    for label in (ax.xaxis.label, ax.yaxis.label, ax.title):
+        e = label.get_window_extent()
+        assert e.x0 >= box.x0 and e.y0 >= box.y0 and e.x1 <= box.x1 and e.y1 <= box.y1
+
+
 def test_cli_press_and_help(capsys):
     assert main(["press"]) == 0
     assert "probes_in_contact" in capsys.readouterr().out
