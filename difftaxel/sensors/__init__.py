@@ -17,7 +17,7 @@ from .base import ProbeSensor, Reading, Sensor, SensorInputs, TaxelReading, make
 from .contact import ContactDepthProbe, ContactProbe, ContactProbeState, KinematicTaxel, ProbeState
 from .elastomer import ElastomerState, ElastomerTaxel
 from .proximity import ProximityState, ProximityTaxel
-from .tracked import TrackedPoints
+from .tracked import PointCloudSensor, TrackedPoints
 
 __all__ = [
     "ContactDepthProbe",
@@ -26,6 +26,7 @@ __all__ = [
     "ElastomerState",
     "ElastomerTaxel",
     "KinematicTaxel",
+    "PointCloudSensor",
     "ProbeSensor",
     "ProbeState",
     "ProximityState",

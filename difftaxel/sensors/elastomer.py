@@ -21,7 +21,6 @@ from ..crosstalk import grid_axes
 from ..geometry import Planes
 from ..imperfections import ChainState
 from .base import (
-    ProbeSensor,
     Reading,
     SensorInputs,
     check_inputs_trace,
@@ -30,8 +29,7 @@ from .base import (
     split3,
 )
 from .layer import elastomer_layer_kernel
-from .proximity import check_normals
-from .tracked import TrackedPoints
+from .tracked import PointCloudSensor
 
 Array = jax.Array
 
@@ -61,7 +59,7 @@ def _is_grid(layout) -> bool:
 
 
 @pytree_dataclass(kw_only=True)
-class ElastomerTaxel(ProbeSensor):
+class ElastomerTaxel(PointCloudSensor):
     """Marker displacement per probe (m), HydroShear-style (Dang et al., RSS 2026,
     arXiv 2603.00446), with Genesis 1.4.5's compressibility and bonded-layer options.
 
@@ -96,10 +94,7 @@ class ElastomerTaxel(ProbeSensor):
     Measured branch: hysteresis, then ``x probe_gain``, then the hardware chain.
     """
 
-    probe_local_pos: Array
-    track_points: TrackedPoints
     elastomer_shapes: tuple = ()
-    probe_local_normal: Array = (0.0, 0.0, 1.0)
     lambda_d: Array = 700.0
     lambda_s: Array = 300.0
     dilate_scale: Array = 1.0
@@ -132,18 +127,12 @@ class ElastomerTaxel(ProbeSensor):
             if not np.any(np.asarray(r) > 0):
                 raise ValueError(f"{o}.probe_radius: every probe is a filler (radius 0)")
             return r
-        if name == "track_points":
-            if not isinstance(v, TrackedPoints):
-                raise TypeError(f"{o}.track_points: expected TrackedPoints, got {type(v).__name__}")
-            return v
         if name == "elastomer_shapes":
             shapes = tuple(v) if isinstance(v, (list, tuple)) else (v,)
             for i, s in enumerate(shapes):
                 if not hasattr(s, "sdf_local"):
                     raise TypeError(f"{o}.elastomer_shapes[{i}]: expected a shape")
             return shapes
-        if name == "probe_local_normal":
-            return check_normals(o, v, self.layout)
         if name in ("lambda_d", "lambda_s", "dilate_scale", "shear_scale"):
             return check_scalar(o, name, v, lo=0)
         if name == "normal_exponent":
@@ -214,11 +203,6 @@ class ElastomerTaxel(ProbeSensor):
         if self.fft_size is not None:
             return self.fft_size
         return tuple(1 << (2 * k - 2).bit_length() for k in self.layout)
-
-    def flat_normals(self, dtype) -> Array:
-        """``[N, 3]`` unit marker normals (link frame)."""
-        n = self.probe_local_normal.astype(dtype).reshape(-1, 3)
-        return jnp.broadcast_to(n, (self.n_probes, 3))
 
     def _active(self, dtype) -> Array:
         return self.per_probe(self.probe_radius, dtype) > 0

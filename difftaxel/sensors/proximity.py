@@ -19,7 +19,6 @@ from ..crosstalk import grid_axes, grid_metadata
 from ..geometry.planes import affine_planes
 from ..imperfections import ChainState
 from .base import (
-    ProbeSensor,
     Reading,
     SensorInputs,
     TaxelReading,
@@ -30,11 +29,11 @@ from .base import (
     noised_radius,
     split3,
 )
-from .tracked import TrackedPoints, motion_planes
+from .tracked import PointCloudSensor, motion_planes
 
 Array = jax.Array
 
-__all__ = ["ProximityState", "ProximityTaxel", "check_normals"]
+__all__ = ["ProximityState", "ProximityTaxel"]
 
 
 @pytree_dataclass
@@ -53,21 +52,6 @@ class ProximityState:
     probe_gain: Array
     chain: ChainState
     candidate_overflow: Array
-
-
-def check_normals(name, normal, layout):
-    """``probe_local_normal``: ``(3,)``, ``(N, 3)`` or ``(*layout, 3)`` non-zero vectors (link
-    frame), normalised and kept in their shape."""
-    a = np.asarray(normal, dtype=float)
-    n = int(np.prod(layout))
-    if a.shape not in ((3,), (n, 3), tuple(layout) + (3,)):
-        raise ValueError(
-            f"{name}.probe_local_normal: expected shape (3,) or ({n}, 3), got {a.shape}"
-        )
-    nrm = np.linalg.norm(a, axis=-1, keepdims=True)
-    if np.any(nrm < 1e-12) or not np.all(np.isfinite(a)):
-        raise ValueError(f"{name}.probe_local_normal: expected non-zero finite vectors")
-    return jnp.asarray(a / nrm, jnp.result_type(float))
 
 
 def _rows_times(v: Array, R: Array) -> Array:
@@ -151,7 +135,7 @@ def _pair_sums(p, radii, x, mask, block: int, with_d: bool, feats: tuple = ()):
 
 
 @pytree_dataclass(kw_only=True)
-class ProximityTaxel(ProbeSensor):
+class ProximityTaxel(PointCloudSensor):
     """Force and torque per probe from the tracked points inside its sensing sphere.
 
     Per probe at world position ``p`` with world unit normal ``a = R n / (|R n| + eps)``, every
@@ -189,10 +173,7 @@ class ProximityTaxel(ProbeSensor):
     instead of switching it on with the first point.
     """
 
-    probe_local_pos: Array
-    track_points: TrackedPoints
     probe_radius_noise: Array = 0.0
-    probe_local_normal: Array = (0.0, 0.0, 1.0)
     stiffness: Array = 100.0
     shear_coupling: Array = 0.0
     twist_scalar: Array = 1.0
@@ -211,15 +192,8 @@ class ProximityTaxel(ProbeSensor):
         o = "ProximityTaxel"
         if name == "probe_radius":
             return check_per_probe(o, name, v, self.layout, strict=True)
-        if name == "track_points":
-            if not isinstance(v, TrackedPoints):
-                raise TypeError(f"{o}.track_points: expected TrackedPoints, got {type(v).__name__}")
-            return v
-        if name == "probe_local_normal":
-            return check_normals(o, v, self.layout)
-        if name in ("probe_radius_noise", "stiffness", "shear_coupling", "twist_scalar"):
-            return check_scalar(o, name, v, lo=0)
-        if name == "density_scalar":
+        scalars = ("probe_radius_noise", "stiffness", "shear_coupling", "twist_scalar")
+        if name in (*scalars, "density_scalar"):
             return check_scalar(o, name, v, lo=0)
         if name == "point_chunk":
             if isinstance(v, bool) or int(v) != v or int(v) < 1:
@@ -251,11 +225,6 @@ class ProximityTaxel(ProbeSensor):
                 )
             d["crosstalk_support"] = self.imperfections.crosstalk_support((s_v, s_u))
         return d
-
-    def flat_normals(self, dtype) -> Array:
-        """``[N, 3]`` unit probe normals (link frame)."""
-        n = self.probe_local_normal.astype(dtype).reshape(-1, 3)
-        return jnp.broadcast_to(n, (self.n_probes, 3))
 
     def init_state(self, key=None) -> ProximityState:
         """Per-episode state (a reset): gains and dead taxels drawn from ``key`` if configured."""

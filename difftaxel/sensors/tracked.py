@@ -1,4 +1,5 @@
-"""Tracked point clouds: surface points of the bodies a point-cloud sensor follows.
+"""Tracked point clouds: surface points of the bodies a point-cloud sensor follows, and the
+options every point-cloud sensor shares (:class:`PointCloudSensor`).
 
 Points are sampled once (:func:`difftaxel.sample_surface_points`, Genesis's area-weighted +
 farthest-point procedure), stored in each body's frame and grouped by body, and moved rigidly
@@ -15,10 +16,11 @@ from .. import pose as _pose
 from .._pytree import pytree_dataclass, static_field
 from ..geometry import Planes
 from ..geometry.planes import affine_planes
+from .base import ProbeSensor
 
 Array = jax.Array
 
-__all__ = ["TrackedPoints", "motion_planes"]
+__all__ = ["PointCloudSensor", "TrackedPoints", "check_normals", "motion_planes"]
 
 
 def motion_planes(T_body: Array, tw: Array, bx: Array, by: Array, bz: Array):
@@ -113,3 +115,49 @@ class TrackedPoints:
         ``[M, 3]`` (world) and the body mask ``[M]``."""
         pos, vel, ang, msk = self.world_planes(inputs, dtype)
         return pos.stack(), vel.stack(), ang.stack(), msk
+
+
+def check_normals(name, normal, layout):
+    """``probe_local_normal``: ``(3,)``, ``(N, 3)`` or ``(*layout, 3)`` non-zero vectors (link
+    frame), normalised and kept in their shape."""
+    a = np.asarray(normal, dtype=float)
+    n = int(np.prod(layout))
+    if a.shape not in ((3,), (n, 3), tuple(layout) + (3,)):
+        raise ValueError(
+            f"{name}.probe_local_normal: expected shape (3,) or ({n}, 3), got {a.shape}"
+        )
+    nrm = np.linalg.norm(a, axis=-1, keepdims=True)
+    if np.any(nrm < 1e-12) or not np.all(np.isfinite(a)):
+        raise ValueError(f"{name}.probe_local_normal: expected non-zero finite vectors")
+    return jnp.asarray(a / nrm, jnp.result_type(float))
+
+
+@pytree_dataclass(kw_only=True)
+class PointCloudSensor(ProbeSensor):
+    """Options every point-cloud sensor shares (ProximityTaxel, ElastomerTaxel), besides
+    :class:`~difftaxel.sensors.ProbeSensor`'s.
+
+    Attributes:
+      track_points: the tracked bodies' surface points (:class:`TrackedPoints`).
+      probe_local_normal: ``(3,)`` for every probe, ``[N, 3]`` or ``[*layout, 3]`` unit probe
+        normals (link frame; normalised at construction).
+    """
+
+    probe_local_pos: Array
+    track_points: TrackedPoints
+    probe_local_normal: Array = (0.0, 0.0, 1.0)
+
+    def _check_field(self, name, v):
+        o = type(self).__name__
+        if name == "track_points":
+            if not isinstance(v, TrackedPoints):
+                raise TypeError(f"{o}.track_points: expected TrackedPoints, got {type(v).__name__}")
+            return v
+        if name == "probe_local_normal":
+            return check_normals(o, v, self.layout)
+        return super()._check_field(name, v)
+
+    def flat_normals(self, dtype) -> Array:
+        """``[N, 3]`` unit probe normals (link frame)."""
+        n = self.probe_local_normal.astype(dtype).reshape(-1, 3)
+        return jnp.broadcast_to(n, (self.n_probes, 3))
