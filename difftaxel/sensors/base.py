@@ -13,6 +13,7 @@ over time are the caller's (:mod:`difftaxel.rollout`).
 
 from __future__ import annotations
 
+import abc
 from typing import ClassVar, NamedTuple
 
 import jax
@@ -260,19 +261,20 @@ def resolve_stages(owner: str, stages, known: tuple, nonzero: dict) -> tuple:
 # ----------------------------------------------------------------------------- the contract
 
 
-class Sensor(Options):
+class Sensor(Options, abc.ABC):
     """The sensor contract: an immutable option pytree with a pure reset and a pure step.
 
-    Subclasses implement ``init_state(key) -> State`` (a reset: per-episode draws, zeroed
-    latches and chain) and ``step(state, inputs, key) -> (State, Reading)``, each with a state
-    type of their own. ``key`` is the only source of randomness; ``None`` draws nothing.
+    An abstract base: every sensor class defines both methods, each with a state type of its
+    own. ``key`` is the only source of randomness; ``None`` draws nothing.
     """
 
-    def init_state(self, key=None):  # pragma: no cover - interface
-        raise NotImplementedError
+    @abc.abstractmethod
+    def init_state(self, key=None):
+        """A reset: per-episode draws (gains, dead taxels), zeroed latches and chain."""
 
-    def step(self, state, inputs: SensorInputs, key=None):  # pragma: no cover - interface
-        raise NotImplementedError
+    @abc.abstractmethod
+    def step(self, state, inputs: SensorInputs, key=None):
+        """``(new_state, Reading)`` for one step of one environment."""
 
 
 @pytree_dataclass(kw_only=True)

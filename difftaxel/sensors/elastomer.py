@@ -218,10 +218,11 @@ class ElastomerTaxel(PointCloudSensor):
         nb = jnp.where(ok, nb / jnp.where(ok, ln, 1.0), nrm[0])
         return t_u, t_v, nb, s_u, s_v
 
-    def dilation_length(self, dtype=None) -> Array:
+    def dilation_length(self, dtype=None, spacings=None) -> Array:
         """The ``1 / r`` kernels' regularisation length (m): ``dilation_reg``, or Genesis's
-        rule: the thickness if > 0; else the mean grid spacing (FFT path) or ``sqrt(A / N)``
-        with ``A`` the area of the layout's two largest extents (direct path)."""
+        rule: the thickness if > 0; else the mean grid spacing (FFT path; ``spacings = (s_u,
+        s_v)`` if the caller has them) or ``sqrt(A / N)`` with ``A`` the area of the layout's
+        two largest extents (direct path)."""
         dtype = dtype or jnp.result_type(float)
         if self.dilation_reg is not None:
             return self.dilation_reg.astype(dtype)
@@ -229,8 +230,11 @@ class ElastomerTaxel(PointCloudSensor):
         if h > 0:
             return jnp.asarray(h, dtype)
         if self.fft_on:
-            s_v, s_u, _, _ = grid_axes(self.probe_local_pos.astype(dtype), float32_positions=False)
-            return 0.5 * (s_u + s_v)
+            if spacings is None:
+                g = self.probe_local_pos.astype(dtype)
+                s_v, s_u, _, _ = grid_axes(g, float32_positions=False)
+                spacings = (s_u, s_v)
+            return 0.5 * (spacings[0] + spacings[1])
         p = self.flat_positions(dtype)
         ext = jnp.sort(jnp.max(p, 0) - jnp.min(p, 0))[::-1]
         feps = float(np.finfo(np.float64).eps)
@@ -324,7 +328,8 @@ class ElastomerTaxel(PointCloudSensor):
         b = jnp.fft.ifftshift(b)[:, None]
         r2 = a * a + b * b
         g = jnp.exp(-self.lambda_d * r2)
-        c, h, eps_r = self.compressibility, self.elastomer_thickness, self.dilation_length(dtype)
+        c, h = self.compressibility, self.elastomer_thickness
+        eps_r = self.dilation_length(dtype, (s_u, s_v))
         Ku, Kv = a * g, b * g
         if c < 1:
             if h > 0:
