@@ -14,8 +14,11 @@
 * the step is jitted once and scanned ``log_every`` steps at a time; the history of losses
   (every step) and parameters (every ``log_every`` steps) is returned.
 
-Also: :func:`huber` (robust loss for real data) and :func:`gauss_newton_std` (parameter
-uncertainty from the Gauss-Newton / Fisher approximation ``sigma^2 (J^T J)^-1``).
+Also: :func:`huber` (robust loss for real data), :func:`gauss_newton_std` (parameter
+uncertainty from the Gauss-Newton / Fisher approximation ``sigma^2 (J^T J)^-1``, right when the
+residuals are white) and :func:`sandwich_std` (the heteroscedasticity- and
+autocorrelation-consistent sandwich, right when they are not: a misspecified model on a real
+log leaves correlated residuals, and Gauss-Newton is then over-confident).
 """
 
 from __future__ import annotations
@@ -34,7 +37,15 @@ from . import pose as _pose
 
 Array = jax.Array
 
-__all__ = ["FitResult", "fit", "huber", "gauss_newton_std", "default_optimizer"]
+__all__ = [
+    "FitResult",
+    "fit",
+    "huber",
+    "gauss_newton_std",
+    "sandwich_std",
+    "levenberg_marquardt",
+    "default_optimizer",
+]
 
 
 def huber(residual: Array, delta: float = 1.0) -> Array:
@@ -290,3 +301,98 @@ def gauss_newton_std(residual_fn, params, noise_std: float | None = None):
         sigma2 = jnp.asarray(noise_std) ** 2
     cov = sigma2 * jnp.linalg.pinv(J.T @ J)
     return unravel(jnp.sqrt(jnp.clip(jnp.diag(cov), 0.0))), cov
+
+
+def _auto_lags(r: np.ndarray) -> int:
+    """Bartlett bandwidth from the residuals ``r [T, K]``: twice the first lag at which the
+    mean autocorrelation falls below ``2 / sqrt(T)`` (the white-noise band), at least
+    ``ceil(T^(1/3))``'s quarter and at most ``T // 4``."""
+    T = r.shape[0]
+    x = r - r.mean(0)
+    var = np.sum(x * x)
+    if not var > 0:
+        return 0
+    band = 2.0 / np.sqrt(T)
+    first = T // 4
+    for lag in range(1, T // 4 + 1):
+        rho = np.sum(x[lag:] * x[:-lag]) / var
+        if rho < band:
+            first = lag
+            break
+    return int(min(T // 4, max(2 * first, int(np.ceil(T ** (1 / 3) / 4)))))
+
+
+def sandwich_std(residual_fn, params, lags: int | None = None):
+    """Parameter standard deviations robust to correlated, heteroscedastic residuals.
+
+    ``residual_fn(params)`` returns residuals ``[T, ...]`` with time (or sample order) first.
+    With ``J`` the Jacobian of the residuals w.r.t. the flattened parameters, ``H = J^T J``,
+    the per-sample scores ``g_t = sum_k J[t, k]^T r[t, k]`` and Bartlett weights
+    ``w_l = 1 - l / (L + 1)`` (Newey-West), the covariance is the sandwich
+
+        ``cov = H^-1 (sum_{|l| <= L} w_l sum_t g_t g_{t-l}^T) H^-1``.
+
+    With white residuals it equals :func:`gauss_newton_std`'s in expectation; with correlated
+    residuals (a misspecified model, a sensor's slow drift) it grows with their correlation time
+    where Gauss-Newton does not. ``lags`` (L) defaults to twice the first lag at which the
+    residuals' autocorrelation falls inside the white-noise band ``2 / sqrt(T)`` (capped at
+    ``T // 4``). Returns ``(std pytree, cov [P, P], L)``.
+    """
+    flat, unravel = ravel_pytree(params)
+    r = residual_fn(params)
+    if r.ndim < 1 or r.shape[0] < 2:
+        raise ValueError(f"residual_fn: expected residuals [T, ...] with T >= 2, got {r.shape}")
+    T = r.shape[0]
+    J = jax.jacfwd(lambda v: residual_fn(unravel(v)).reshape(T, -1))(flat)  # [T, K, P]
+    r2 = np.asarray(r, np.float64).reshape(T, -1)
+    J = np.asarray(J, np.float64)
+    if lags is None:
+        lags = _auto_lags(r2)
+    if not (isinstance(lags, (int, np.integer)) and 0 <= lags < T):
+        raise ValueError(f"lags: expected an int in [0, {T}), got {lags!r}")
+    g = np.einsum("tkp,tk->tp", J, r2)
+    omega = g.T @ g
+    for lag in range(1, int(lags) + 1):
+        gam = g[lag:].T @ g[:-lag]
+        omega += (1.0 - lag / (lags + 1.0)) * (gam + gam.T)
+    Jf = J.reshape(-1, J.shape[-1])
+    Hinv = np.linalg.pinv(Jf.T @ Jf)
+    cov = Hinv @ omega @ Hinv
+    std = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    return unravel(jnp.asarray(std, flat.dtype)), cov, int(lags)
+
+
+def levenberg_marquardt(residual_fn, params, *, steps: int = 30, damping: float = 1e-3):
+    """Polish ``params`` by Levenberg-Marquardt on ``residual_fn(params)`` (any shape).
+
+    For small, smooth least-squares problems (a few dozen parameters) after a first-order fit
+    has found the basin: each iteration solves ``(J^T J + lam diag(J^T J)) delta = -J^T r`` and
+    keeps the step only if the sum of squares falls (``lam`` shrinks by 3 on success, grows by
+    10 otherwise). Returns ``(params, sum of squares)``.
+    """
+    flat, unravel = ravel_pytree(params)
+
+    @jax.jit
+    def trial(v, lam):
+        f = lambda v: residual_fn(unravel(v)).reshape(-1)  # noqa: E731
+        r = f(v)
+        J = jax.jacfwd(f)(v)
+        A = J.T @ J
+        d = jnp.diag(A)
+        delta = -jnp.linalg.solve(A + lam * jnp.diag(d + 1e-12 * jnp.max(d)), J.T @ r)
+        r_new = f(v + delta)
+        return jnp.sum(r * r), v + delta, jnp.sum(r_new * r_new)
+
+    lam = float(damping)
+    v = flat
+    cost = None
+    for _ in range(int(steps)):  # host loop: a handful of accepted / rejected steps
+        c, v_new, c_new = trial(v, jnp.asarray(lam, flat.dtype))
+        cost = float(c) if cost is None else cost
+        if np.isfinite(float(c_new)) and float(c_new) < cost:
+            v, cost, lam = v_new, float(c_new), max(lam / 3.0, 1e-12)
+        else:
+            lam *= 10.0
+            if lam > 1e10:
+                break
+    return unravel(v), cost

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 __all__ = ["main"]
@@ -31,8 +32,13 @@ RECORDING is an NPZ written by difftaxel.io.write_recording:
 
 LOG_HELP = """\
 LOG is a raw-reading log of one or more taxels against a reference force (a load cell):
-  text: two columns "raw force" (ADC counts, N), '#' comments, a header line "# dt = 0.01"
-  NPZ:  raw [T] or [T, N], force (same shape), dt (s)
+  text: two columns "raw force" (ADC counts, N) or three "time raw force" (s), '#' comments,
+        an optional header line "# dt = 0.01"
+  NPZ:  raw [T] or [T, N], force (same shape), optionally dt (s) or time [T] (s)
+Without time information (and without --dt) the log is in samples: hysteresis_tau is then in
+samples. Several LOGs of the same element are fitted together: one curve, one offset per log.
+--save writes the fitted parameters (JSON); --params applies saved ones to LOGs without
+fitting; --predict writes predicted forces (NPZ: logI_predicted, logI_force, logI_raw).
 """
 
 
@@ -176,24 +182,95 @@ def _calibrate(args) -> int:
     return 0
 
 
+def _saturation(text):
+    t = text.strip().lower()
+    if t in ("auto", "none"):
+        return None if t == "none" else "auto"
+    try:
+        lo, hi = (None if v.strip().lower() in ("", "none") else float(v) for v in t.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected 'auto', 'none' or 'LO,HI' counts, got {text!r}"
+        ) from None
+    return (lo, hi)
+
+
 def _identify(args) -> int:
-    import jax.numpy as jnp
     import numpy as np
 
-    from .rawmodel import fit_raw_model, load_raw_log, raw_to_force
+    from ._files import atomic_write, check_output
+    from .rawmodel import fit_raw_model, load_raw_log, load_raw_params, predict, save_raw_params
 
-    log = load_raw_log(args.log, dt=args.dt)
-    f = fit_raw_model(log, steps=args.steps, train_fraction=args.train_fraction)
-    n_tr = int(round(args.train_fraction * log.raw.shape[0]))
-    pred = np.asarray(raw_to_force(f.params, jnp.asarray(log.raw), log.dt))
-    print(f"{'taxel':>5} " + " ".join(f"{k:>24s}" for k in f.params))
-    for i in range(log.raw.shape[1]):
-        cells = [f"{float(f.params[k][i]):12.5g} +- {float(f.std[k][i]):9.2g}" for k in f.params]
-        print(f"{i:>5} " + " ".join(cells))
-    print(f"training residual std (N): {np.array2string(f.residual_std, precision=4)}")
-    if n_tr < log.raw.shape[0]:
-        rmse = np.sqrt(np.mean((pred[n_tr:] - log.force[n_tr:]) ** 2, axis=0))
-        print(f"held-back RMSE (N): {np.array2string(rmse, precision=4)}")
+    inputs = list(args.log) + ([args.params] if args.params else [])
+    for flag, path in (("--save", args.save), ("--predict", args.predict)):
+        if path is not None:
+            check_output(path, flag, inputs=inputs)
+    if args.save and args.predict and os.path.abspath(args.save) == os.path.abspath(args.predict):
+        raise ValueError(f"--predict {args.predict}: is also the --save file; choose another path")
+    logs = [load_raw_log(p, dt=args.dt) for p in args.log]
+    if args.params:
+        if args.save:
+            raise ValueError("--save: nothing is fitted with --params; drop one of them")
+        params, sign, _, sat = load_raw_params(args.params)
+        preds = []
+        for i, (p, g) in enumerate(zip(args.log, logs)):
+            try:
+                pr = predict(params, sign, g, i if np.ndim(params["offset"]) == 2 else 0)
+            except ValueError as e:
+                raise ValueError(f"{p}: {e}") from None
+            preds.append(pr)
+            lo, hi = sat.masks(g.raw)
+            free = ~(lo | hi)
+            sq = np.sum(np.where(free, (pr - g.force) ** 2, 0.0), 0)
+            rmse = np.sqrt(sq / np.maximum(free.sum(0), 1))
+            print(
+                f"{p}: RMSE against the reference on the {int(free.sum())} unsaturated samples "
+                f"(N): {np.array2string(rmse, precision=4)}"
+            )
+    else:
+        f = fit_raw_model(
+            logs if len(logs) > 1 else logs[0],
+            steps=args.steps,
+            train_fraction=args.train_fraction,
+            sign=args.sign,
+            saturation=args.saturation,
+            delay=args.delay,
+        )
+        sat = f.saturation
+        print(
+            f"sign: counts {'rise' if f.sign[0] > 0 else 'fall'} with force"
+            + ("" if np.all(f.sign == f.sign[0]) else f" (per taxel {f.sign.tolist()})")
+            + f"; saturation lo {sat.lo.tolist()} hi {sat.hi.tolist()} counts, "
+            f"{f.n_censored.tolist()} censored samples, {f.settle} settling samples masked after each"
+        )
+        print(f"{'taxel':>5} " + " ".join(f"{k:>24s}" for k in f.params))
+        N = logs[0].raw.shape[1]
+        for i in range(N):
+            cells = [
+                f"{float(np.asarray(f.params[k])[..., i].ravel()[0]):12.5g} +- "
+                f"{float(np.asarray(f.std[k])[..., i].ravel()[0]):9.2g}"
+                for k in f.params
+            ]
+            print(f"{i:>5} " + " ".join(cells))
+        if len(logs) > 1:
+            print(f"offsets per log (counts): {np.array2string(f.params['offset'], precision=2)}")
+        unit = "samples" if f.dt is None else "s"
+        print(f"(+- sandwich standard deviations; hysteresis_tau in {unit}, delay in samples)")
+        print(f"training residual std (N): {np.array2string(f.residual_std, precision=4)}")
+        if f.held_out_rmse is not None:
+            print(f"held-back RMSE (N): {np.array2string(f.held_out_rmse, precision=4)}")
+        preds = [f.predict(g, i) for i, g in enumerate(logs)]
+        if args.save:
+            save_raw_params(args.save, f)
+            print(f"parameters written to {args.save}")
+    if args.predict:
+        arrays = {}
+        for i, (g, pr) in enumerate(zip(logs, preds)):
+            arrays[f"log{i}_predicted"] = pr
+            arrays[f"log{i}_force"] = g.force
+            arrays[f"log{i}_raw"] = g.raw
+        atomic_write(args.predict, lambda fh: np.savez(fh, **arrays))
+        print(f"predictions written to {args.predict}")
     return 0
 
 
@@ -305,17 +382,18 @@ def _parser() -> argparse.ArgumentParser:
     ident = sub.add_parser(
         "identify",
         help="fit the raw-reading model (counts -> N) to a log",
-        description="Fit offset, curve, exponent and hysteresis per taxel; "
-        "print values with Gauss-Newton standard deviations.",
+        description="Fit sign, offset, curve, exponent, hysteresis (and optionally a delay) per "
+        "taxel, with ADC saturation detected and censored; print values with sandwich "
+        "(autocorrelation-consistent) standard deviations.",
         epilog=LOG_HELP + IDENTIFY_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ident.add_argument("log", help="text or NPZ log (format below)")
+    ident.add_argument("log", nargs="+", help="text or NPZ log(s) (format below)")
     ident.add_argument(
         "--dt",
         type=_positive(float, "dt"),
         default=None,
-        help="sample period (s) if not in the log",
+        help="sample period (s) if not in the log (optional)",
     )
     ident.add_argument(
         "--steps", type=_positive(int, "steps"), default=1500, help="optimiser steps (1500)"
@@ -325,6 +403,26 @@ def _parser() -> argparse.ArgumentParser:
         type=_fraction,
         default=0.7,
         help="fraction in (0, 1] used for fitting; the rest validates (0.7)",
+    )
+    ident.add_argument(
+        "--sign",
+        choices=("auto", "increasing", "decreasing"),
+        default="auto",
+        help="how counts move with force: detected (auto) or declared (checked against the data)",
+    )
+    ident.add_argument(
+        "--saturation",
+        type=_saturation,
+        default="auto",
+        help="ADC limits: auto (detected), none, or LO,HI counts (either may be empty)",
+    )
+    ident.add_argument("--delay", action="store_true", help="also fit a channel delay (samples)")
+    ident.add_argument("--save", default=None, metavar="PARAMS", help="write the fit (JSON)")
+    ident.add_argument(
+        "--params", default=None, metavar="PARAMS", help="apply saved parameters, no fit"
+    )
+    ident.add_argument(
+        "--predict", default=None, metavar="OUT", help="write predicted forces (NPZ)"
     )
     return parser
 

@@ -191,9 +191,11 @@ def test_raw_log_comments_fraction_and_constant(tmp_path):
     flat = log._replace(raw=np.full_like(log.raw, 512.0))
     with pytest.raises(ValueError, match=r"raw: taxel\(s\) \[0\] read a constant"):
         fit_raw_model(flat, steps=1)
-    with pytest.raises(ValueError, match=r"dt: expected"):
-        (tmp_path / "nodt.txt").write_text(rows)
-        load_raw_log(tmp_path / "nodt.txt")
+    (tmp_path / "nodt.txt").write_text(rows)
+    assert load_raw_log(tmp_path / "nodt.txt").dt is None  # sample units
+    (tmp_path / "negdt.txt").write_text("# dt = -1\n" + rows)
+    with pytest.raises(ValueError, match=r"negdt.txt: dt: expected"):
+        load_raw_log(tmp_path / "negdt.txt")
 
 
 # ----------------------------------------------------------------------------- numeric corners

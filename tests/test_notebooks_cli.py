@@ -129,8 +129,48 @@ def test_cli_identify_and_calibrate(tmp_path, capsys):
 
     log, _ = synthetic(T=200, N=1)
     np.savetxt(tmp_path / "log.txt", np.concatenate([log.raw, log.force], 1), header="dt = 0.01")
-    assert main(["identify", str(tmp_path / "log.txt"), "--steps", "200"]) == 0
-    assert "held-back RMSE" in capsys.readouterr().out
+    params, pred = tmp_path / "params.json", tmp_path / "pred.npz"
+    args = ["identify", str(tmp_path / "log.txt"), "--steps", "200", "--save", str(params)]
+    assert main(args + ["--predict", str(pred)]) == 0
+    out = capsys.readouterr().out
+    assert "held-back RMSE" in out and "counts rise with force" in out
+    with np.load(pred) as z:
+        assert z["log0_predicted"].shape == log.force.shape
+        fitted = z["log0_predicted"]
+    # saved parameters applied to the log without a fit give the same predictions
+    pred2 = tmp_path / "pred2.npz"
+    assert (
+        main(
+            [
+                "identify",
+                str(tmp_path / "log.txt"),
+                "--params",
+                str(params),
+                "--predict",
+                str(pred2),
+            ]
+        )
+        == 0
+    )
+    assert "unsaturated samples" in capsys.readouterr().out
+    with np.load(pred2) as z:
+        np.testing.assert_allclose(z["log0_predicted"], fitted, rtol=1e-6, atol=1e-9)
+    # outputs are checked before the fit: an input as output, a missing folder
+    before = params.read_bytes()
+    assert main(["identify", str(tmp_path / "log.txt"), "--save", str(tmp_path / "log.txt")]) == 2
+    assert (
+        main(["identify", str(tmp_path / "log.txt"), "--predict", str(tmp_path / "no" / "p.npz")])
+        == 2
+    )
+    assert (
+        main(
+            ["identify", str(tmp_path / "log.txt"), "--params", str(params), "--save", str(params)]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "--save" in err and "--predict" in err and "input file" in err
+    assert params.read_bytes() == before
     # a small glove recording with a sphere, then calibrate it
     import jax.numpy as jnp
 
