@@ -1,0 +1,515 @@
+"""Taxel skins on a rigid link: layouts, readings, excitation design and layout calibration.
+
+A robot skin patch (a forearm, a palm, a gripper pad) is a set of taxels fixed to one rigid
+link. Its layout is what published skins give: a **position** ``[N, 3]`` (m) and an outward
+unit **normal** ``[N, 3]`` per taxel, in the link frame; a **tangent** (the taxel's +X axis) only
+where the skin reports shear along it. When no tangent is given the rule is Genesis's
+:func:`~difftaxel.layout.orthogonals` (``t0`` of the normal), and during calibration a taxel's
+tangent follows its normal by the smallest rotation (it is the initial tangent projected onto
+the plane of the current normal).
+
+Readings are :class:`~difftaxel.sensors.KinematicTaxel` forces in **taxel axes** (+z the
+outward normal, +x the tangent): ``F_taxel = R_taxel^T R_world_link^T F_world``. A
+**channel mask** selects what a skin actually reports: ``"xyz"`` (three-axis force),
+``"normal"`` (normal force or pressure only, how capacitive and piezoresistive skins report;
+a pressure is a normal force over a per-taxel area, absorbed by a per-taxel gain) or any bool
+mask ``[3]`` / ``[N, 3]``.
+
+:func:`calibrate_layout` fits positions and normals (and optionally gains) to recorded readings:
+first-order stages with decreasing contact smoothing (a taxel out of contact has no gradient
+otherwise), then a per-taxel Levenberg-Marquardt polish. Taxel ``i``'s readings depend on its
+own parameters only, so the Jacobian is ``[N, T*C, 5]`` blocks, got by five forward-mode
+products whatever ``N``. From the same blocks it reports, per taxel, whether it was excited,
+whether its five parameters are identifiable from the masked readings, and their standard
+deviations; a taxel that is not identified keeps its initial values (and is reported) rather
+than moving to a worse answer. A held-out set of frames checks the fit.
+
+:func:`press_plan` designs the excitation: a spherical indenter pressed at every taxel's
+nominal site, at several depths, centred and offset along both tangents, so the contact
+direction at each taxel varies by tens of degrees. With normal readings only, the depth profile
+fixes the position and the varying direction fixes the normal.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import pose as _pose
+from .calibrate import FitResult, fit
+from .geometry import Bodies, Sphere
+from .layout import orthogonals
+from .sensors import KinematicTaxel, SensorInputs
+
+Array = jax.Array
+
+__all__ = [
+    "LinkLayout",
+    "LinkScene",
+    "channel_mask",
+    "taxel_frames",
+    "link_readings",
+    "press_plan",
+    "LayoutFit",
+    "calibrate_layout",
+    "layout_errors",
+]
+
+
+def _unit_rows(x, name):
+    x = np.asarray(x, float)
+    n = np.linalg.norm(x, axis=-1)
+    if not np.all(np.isfinite(n)) or np.any(n < 1e-9):
+        i = int(np.argmax(~np.isfinite(n) | (n < 1e-9)))
+        raise ValueError(f"{name}: row {i} is not a non-zero finite vector")
+    return x / n[:, None]
+
+
+class LinkLayout(NamedTuple):
+    """Taxels on one rigid link (link frame, m): ``positions [N, 3]``, unit outward ``normals
+    [N, 3]``, ``tangents [N, 3]`` (+X axis, orthogonal to the normal).
+
+    Build it with :meth:`make`, which validates, normalises and applies the tangent rule.
+    """
+
+    positions: np.ndarray
+    normals: np.ndarray
+    tangents: np.ndarray
+
+    @classmethod
+    def make(cls, positions, normals, tangents=None) -> LinkLayout:
+        """Validated layout. ``tangents=None``: Genesis's rule, ``orthogonals(normal)[0]``;
+        given tangents are projected onto each normal's plane (an error if parallel to it)."""
+        p = np.asarray(positions, float)
+        if p.ndim != 2 or p.shape[1] != 3 or p.shape[0] < 1:
+            raise ValueError(f"positions: expected [N, 3] with N >= 1, got {p.shape}")
+        if not np.all(np.isfinite(p)):
+            raise ValueError("positions: non-finite values")
+        n = np.asarray(normals, float)
+        if n.shape != p.shape:
+            raise ValueError(f"normals: expected {p.shape} like positions, got {n.shape}")
+        n = _unit_rows(n, "normals")
+        if tangents is None:
+            t = np.stack([orthogonals(v)[0] for v in n])  # host-side, once per layout
+        else:
+            t = np.asarray(tangents, float)
+            if t.shape != p.shape:
+                raise ValueError(f"tangents: expected {p.shape} like positions, got {t.shape}")
+            t = t - np.sum(t * n, 1, keepdims=True) * n
+            t = _unit_rows(t, "tangents (projected on the normal's plane)")
+        return cls(p, n, t)
+
+    @property
+    def n_taxels(self) -> int:
+        return self.positions.shape[0]
+
+    def frames(self) -> np.ndarray:
+        """Taxel poses ``[N, 7]`` (x y z qx qy qz qw) in the link frame."""
+        return np.asarray(taxel_frames(self.positions, self.normals, self.tangents))
+
+
+def taxel_frames(positions: Array, normals: Array, tangents_ref: Array) -> Array:
+    """Poses ``[N, 7]`` (x y z qx qy qz qw): +Z ``normals`` (normalised), +X ``tangents_ref``
+    projected onto the normal's plane. Differentiable in positions and normals."""
+    R = _axes(normals, tangents_ref)
+    return jnp.concatenate([positions, _pose.matrix_to_quat(R)], -1)
+
+
+def _axes(normals, tangents_ref):
+    """Rotation matrices ``[N, 3, 3]`` whose columns are the taxel axes (t, n x t, n)."""
+    n = normals / jnp.linalg.norm(normals, axis=-1, keepdims=True)
+    t = tangents_ref - jnp.sum(tangents_ref * n, -1, keepdims=True) * n
+    t = t / jnp.linalg.norm(t, axis=-1, keepdims=True)
+    return jnp.stack([t, jnp.cross(n, t), n], axis=-1)
+
+
+def channel_mask(channels, n_taxels: int) -> np.ndarray:
+    """Bool ``[N, 3]`` of reported taxel-axis channels from ``"xyz"``, ``"normal"`` or a mask
+    ``[3]`` / ``[N, 3]`` (at least one channel)."""
+    if isinstance(channels, str):
+        if channels == "xyz":
+            m = np.ones(3, bool)
+        elif channels == "normal":
+            m = np.array([False, False, True])
+        else:
+            raise ValueError(f"channels: expected 'xyz', 'normal' or a bool mask, got {channels!r}")
+    else:
+        m = np.asarray(channels)
+        if m.dtype != bool:
+            raise ValueError(f"channels: a mask must be bool, got {m.dtype}")
+    try:
+        m = np.broadcast_to(m, (n_taxels, 3)).copy()
+    except ValueError:
+        raise ValueError(f"channels: expected [3] or [{n_taxels}, 3], got {np.shape(m)}") from None
+    if not m.any():
+        raise ValueError("channels: the mask selects no channel")
+    return m
+
+
+class LinkScene(NamedTuple):
+    """What a recording on a rigid link holds besides the readings (``T`` frames).
+
+    Attributes:
+      T_world_link: ``[T, 7]`` link pose in the world (x y z qx qy qz qw).
+      bodies: :class:`~difftaxel.geometry.Bodies` with ``[T]``-leading ``poses`` / ``twists``.
+      dt: frame period (s).
+      twist_link: ``[T, 6]`` link twist (world frame, linear then angular), or None (static).
+    """
+
+    T_world_link: Array
+    bodies: Bodies
+    dt: float
+    twist_link: Array | None = None
+
+
+def _frames_of(scene: LinkScene, idx) -> LinkScene:
+    """The scene restricted to frames ``idx``."""
+    b = scene.bodies
+    return LinkScene(
+        scene.T_world_link[idx],
+        b.with_state(b.poses[idx], b.twists[idx]),
+        scene.dt,
+        None if scene.twist_link is None else scene.twist_link[idx],
+    )
+
+
+def link_readings(
+    sensor: KinematicTaxel,
+    scene: LinkScene,
+    positions: Array,
+    normals: Array,
+    tangents_ref: Array,
+    gains: Array | None = None,
+) -> Array:
+    """Readings ``[T, N, 3]`` (N, taxel axes: +z the normal) of taxels at ``positions [N, 3]``
+    (m, link frame) with ``normals [N, 3]`` over ``scene``.
+
+    ``sensor`` supplies the force model (its positions are replaced); ``gains [N]`` scale the
+    penetration (per-taxel sensitivity, or area for a pressure). Differentiable in positions,
+    normals, gains, the scene and the sensor's options.
+    """
+    R = _axes(normals, tangents_ref)
+    s = sensor.replace(probe_local_pos=positions)
+    T = scene.T_world_link.shape[0]
+    tw = scene.twist_link
+    if tw is None:
+        tw = jnp.zeros((T, 6), scene.T_world_link.dtype)
+
+    def frame(T_wl, tw_l, poses, twists):
+        inp = SensorInputs(
+            T_world_link=T_wl,
+            twist_link=tw_l,
+            bodies=scene.bodies.with_state(poses, twists),
+            body_mask=jnp.ones(poses.shape[0], bool),
+            dt=jnp.asarray(scene.dt, T_wl.dtype),
+        )
+        st = s.init_state()
+        if gains is None:
+            F = s.forces(st, inp)[1].force
+        else:
+            F = s.forces(st.replace(probe_gain=gains), inp)[0].force
+        return jnp.einsum("nij,ni->nj", R, F)  # R^T F: force in taxel axes
+
+    return jax.vmap(frame)(scene.T_world_link, tw, scene.bodies.poses, scene.bodies.twists)
+
+
+def press_plan(
+    layout: LinkLayout,
+    radius: float = 4e-3,
+    depths=(0.6e-3, 1.4e-3),
+    offset: float = 2e-3,
+    dt: float = 0.01,
+) -> LinkScene:
+    """An excitation that identifies positions and normals from normal readings.
+
+    A sphere of ``radius`` (m) presses each taxel's nominal site ``p_i`` along its nominal
+    normal ``n_i`` to each of ``depths`` (m, below the nominal surface point), centred and
+    offset by ``offset`` (m) along ``+-t0`` and ``+-t1``: ``5 * len(depths) * N`` frames, one
+    sphere each, the link static at the identity. At an offset press the contact direction at
+    the taxel leans ``~asin(offset / radius)`` from its normal; the depths vary the reading's
+    magnitude along the normal. The offset must stay below the radius.
+    """
+    if not 0 < offset < radius:
+        raise ValueError(f"offset: expected 0 < offset < radius ({radius}), got {offset}")
+    d = np.asarray(depths, float).reshape(-1)
+    if d.size < 1 or np.any(d <= 0) or np.any(d >= radius):
+        raise ValueError(f"depths: expected values in (0, radius), got {d}")
+    p, n, t0 = layout.positions, layout.normals, layout.tangents
+    t1 = np.cross(n, t0)
+    shifts = np.stack([np.zeros_like(t0), t0, -t0, t1, -t1], 1) * offset  # [N, 5, 3]
+    # depth measured along the normal below the nominal point, on the offset line
+    centres = []
+    for di in d:  # host-side, a handful of depths
+        h = np.sqrt(np.maximum(radius**2 - offset**2 * (np.abs(shifts).sum(-1) > 0), 0.0))
+        c = p[:, None] + shifts + n[:, None] * (h[..., None] - di)
+        centres.append(c)
+    c = np.stack(centres, 1).reshape(-1, 3)  # [N * D * 5, 3], taxel-major
+    T = c.shape[0]
+    poses = np.concatenate([c, np.tile([0.0, 0.0, 0.0, 1.0], (T, 1))], 1)[:, None]
+    sph = Sphere(radius=radius, body=0)
+    bodies = Bodies((sph,), poses[0]).with_state(
+        jnp.asarray(poses), jnp.zeros((T, 1, 6), jnp.asarray(poses).dtype)
+    )
+    link = jnp.asarray(np.tile([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0], (T, 1)))
+    return LinkScene(link, bodies, dt)
+
+
+# ----------------------------------------------------------------------------- calibration
+
+
+class LayoutFit(NamedTuple):
+    """Result of :func:`calibrate_layout`.
+
+    Attributes:
+      layout: the calibrated :class:`LinkLayout` (unidentified taxels keep their initial values).
+      gains: ``[N]`` fitted gains or None.
+      excited: ``[N]`` bool, the taxel read a non-zero value in some training frame.
+      identified: ``[N]`` bool, excited and its parameters' standard deviations within limits.
+      std_position: ``[N, 3]`` m, std of each position coordinate (link frame).
+      std_normal_deg: ``[N]`` deg, std of the normal's direction (the larger tangent-plane axis).
+      noise_std: pooled residual std (N) on the training frames.
+      train_rmse, holdout_rmse, holdout_rmse_initial: RMSE (N) over the masked channels of the
+        training frames, of the held-out frames, and of the held-out frames before the fit
+        (None without held-out frames).
+      results: the :class:`~difftaxel.calibrate.FitResult` of each smoothing stage.
+    """
+
+    layout: LinkLayout
+    gains: np.ndarray | None
+    excited: np.ndarray
+    identified: np.ndarray
+    std_position: np.ndarray
+    std_normal_deg: np.ndarray
+    noise_std: float
+    train_rmse: float
+    holdout_rmse: float | None
+    holdout_rmse_initial: float | None
+    results: list
+
+
+def _params_to_geometry(q, p0, n0, t0, t1, scale):
+    p = p0 + scale * q["dpos"]
+    n = n0 + q["tilt"][:, :1] * t0 + q["tilt"][:, 1:2] * t1
+    return p, n / jnp.linalg.norm(n, axis=-1, keepdims=True)
+
+
+def calibrate_layout(
+    sensor: KinematicTaxel,
+    layout: LinkLayout,
+    scene: LinkScene,
+    measured,
+    *,
+    channels="xyz",
+    fit_gains: bool = False,
+    holdout: float = 0.2,
+    key=None,
+    smoothing_schedule=(5e-4, 1e-4, 0.0),
+    steps_per_stage: int = 200,
+    learning_rate: float = 5e-3,
+    length_scale: float = 0.01,
+    lm_steps: int = 15,
+    max_std_position: float = 0.5e-3,
+    max_std_normal_deg: float = 3.0,
+    progress: bool = False,
+) -> LayoutFit:
+    """Fit each taxel's position and normal (and optionally gain) on a rigid link.
+
+    Args:
+      sensor: the force model (:class:`~difftaxel.sensors.KinematicTaxel` options).
+      layout: the initial layout (:class:`LinkLayout`).
+      scene: the recording's :class:`LinkScene` (``T`` frames).
+      measured: readings ``[T, N, 3]`` in taxel axes, or ``[T, N]`` normal readings (then
+        ``channels`` must select only the normal channel); entries outside ``channels`` are
+        ignored.
+      channels: ``"xyz"``, ``"normal"`` or a bool mask ``[3]`` / ``[N, 3]`` (taxel axes).
+      fit_gains: also fit a positive gain per taxel (needed for pressure readings in other
+        units than the model's force).
+      holdout: fraction of frames (drawn with ``key``) kept out of the fit to check it.
+      smoothing_schedule, steps_per_stage, learning_rate, length_scale: the first-order stages
+        (as :func:`~difftaxel.glove.calibrate_bind_poses`); ``length_scale`` m per unit of
+        position parameter.
+      lm_steps: per-taxel Levenberg-Marquardt iterations at the exact model (0: none).
+      max_std_position, max_std_normal_deg: a taxel is *identified* when every position std is
+        within the first (m) and its normal's std within the second (deg); others keep their
+        initial values.
+
+    Returns a :class:`LayoutFit`.
+    """
+    N = layout.n_taxels
+    mask = channel_mask(channels, N)
+    meas = np.asarray(measured, float)
+    T = scene.T_world_link.shape[0]
+    if meas.shape == (T, N):
+        if mask[:, :2].any():
+            raise ValueError("measured: [T, N] readings are normal only; use channels='normal'")
+        meas = np.stack([np.zeros_like(meas), np.zeros_like(meas), meas], -1)
+    if meas.shape != (T, N, 3):
+        raise ValueError(f"measured: expected ({T}, {N}, 3) or ({T}, {N}), got {meas.shape}")
+    if not np.all(np.isfinite(meas[:, mask])):
+        raise ValueError("measured: non-finite readings in the selected channels")
+    if not 0.0 <= float(holdout) < 1.0:
+        raise ValueError(f"holdout: expected a fraction in [0, 1), got {holdout}")
+    n_hold = int(round(holdout * T))
+    rng = np.random.default_rng(0 if key is None else int(jax.random.randint(key, (), 0, 2**30)))
+    hold = np.zeros(T, bool)
+    hold[rng.choice(T, n_hold, replace=False)] = True
+    train = ~hold
+    if train.sum() < 1:
+        raise ValueError("holdout: leaves no training frame")
+    scale = float(np.abs(meas[train][:, mask]).max())
+    if not scale > 0:
+        raise ValueError("measured: every selected training reading is zero; nothing to fit")
+    dtype = scene.T_world_link.dtype
+    p0, n0, t0 = (jnp.asarray(a, dtype) for a in layout)
+    t1 = jnp.cross(n0, t0)
+    m_j = jnp.asarray(mask, dtype)
+    w_train = jnp.asarray(train, dtype)[:, None, None] * m_j[None]
+    meas_j = jnp.asarray(meas, dtype)
+    sub = _frames_of(scene, np.flatnonzero(train))
+    meas_tr = meas_j[train]
+
+    def readings(q, s, sc):
+        p, n = _params_to_geometry(q, p0, n0, t0, t1, length_scale)
+        return link_readings(s, sc, p, n, t0, q.get("gain"))
+
+    params = {"dpos": jnp.zeros((N, 3), dtype), "tilt": jnp.zeros((N, 2), dtype)}
+    transforms = {}
+    if fit_gains:
+        params["gain"] = jnp.ones(N, dtype)
+        transforms["gain"] = "log"
+    n_sel = float(m_j.sum()) * float(train.sum())
+    results: list[FitResult] = []
+    for sm in smoothing_schedule:
+        s = sensor.replace(smoothing=float(sm))
+
+        def loss(q, _, s=s):
+            r = (readings(q, s, sub) - meas_tr) * m_j[None]
+            return jnp.sum(r * r) / (n_sel * scale**2)
+
+        r = fit(
+            loss,
+            params,
+            steps=steps_per_stage,
+            learning_rate=learning_rate,
+            transforms=transforms or None,
+            log_every=max(1, min(50, steps_per_stage)),
+            progress=progress,
+        )
+        params = {k: jnp.asarray(v) for k, v in r.params.items()}
+        results.append(r)
+
+    exact = sensor.replace(smoothing=0.0)
+    names = [k for k in ("dpos", "tilt", "gain") if k in params]
+    sizes = {"dpos": 3, "tilt": 2, "gain": 1}
+    P = sum(sizes[k] for k in names)
+
+    def unpack(v):  # [N, P] -> params
+        out, i = {}, 0
+        for k in names:
+            out[k] = v[:, i : i + sizes[k]] if k != "gain" else v[:, i]
+            i += sizes[k]
+        return out
+
+    def pack(q):
+        return jnp.concatenate([q[k] if k != "gain" else q[k][:, None] for k in names], 1)
+
+    @jax.jit
+    def blocks(v):
+        """Per-taxel residuals ``[N, T*3]`` and Jacobian blocks ``[N, T*3, P]``."""
+
+        def res(v):
+            r = (readings(unpack(v), exact, scene) - meas_j) * w_train
+            return jnp.moveaxis(r, 1, 0).reshape(N, -1)
+
+        cols = []
+        for k in range(P):  # P <= 6 forward-mode products, not a loop over taxels
+            e = jnp.zeros_like(v).at[:, k].set(1.0)
+            cols.append(jax.jvp(res, (v,), (e,))[1])
+        return res(v), jnp.stack(cols, -1)
+
+    @jax.jit
+    def cost_of(v):
+        r = (readings(unpack(v), exact, scene) - meas_j) * w_train
+        return jnp.sum(r * r, axis=(0, 2))
+
+    v = pack(params)
+    lam = jnp.full(N, 1e-3, dtype)
+    for _ in range(int(lm_steps)):  # host loop over a few iterations; taxels are batched
+        r, J = blocks(v)
+        A = jnp.einsum("nrp,nrq->npq", J, J)
+        g = jnp.einsum("nrp,nr->np", J, r)
+        d = jnp.diagonal(A, axis1=1, axis2=2)
+        damp = lam[:, None] * (d + 1e-12 * jnp.max(d, 1, keepdims=True)) + 1e-30
+        step = -jnp.linalg.solve(A + jax.vmap(jnp.diag)(damp), g[..., None])[..., 0]
+        c_old = jnp.sum(r * r, 1)
+        c_new = cost_of(v + step)
+        ok = jnp.isfinite(c_new) & (c_new < c_old)
+        v = jnp.where(ok[:, None], v + step, v)
+        lam = jnp.where(ok, lam / 3.0, lam * 10.0)
+
+    r, J = blocks(v)
+    pred_all = np.asarray(readings(unpack(v), exact, scene))
+    dof = max(float(mask.sum()) * float(train.sum()) - N * P, 1.0)
+    noise = float(np.sqrt(np.sum(np.asarray(r) ** 2) / dof))
+    A = np.asarray(jnp.einsum("nrp,nrq->npq", J, J), np.float64)
+    excited = np.any((np.abs(meas[train]) > 0) & mask[None], axis=(0, 2))
+    cov = np.full((N, P, P), np.inf)
+    for_inv = excited & np.all(np.isfinite(A), axis=(1, 2))
+    if for_inv.any():
+        eig = np.linalg.eigvalsh(A[for_inv])
+        good = eig[:, 0] > 1e-12 * np.maximum(eig[:, -1], 1e-300)
+        idx = np.flatnonzero(for_inv)
+        inv = np.full((idx.size, P, P), np.inf)
+        if good.any():
+            inv[good] = np.linalg.inv(A[for_inv][good])
+        cov[idx] = noise**2 * inv
+    var = np.diagonal(cov, axis1=1, axis2=2)
+    std_pos = length_scale * np.sqrt(np.clip(var[:, :3], 0, None))
+    std_n = np.degrees(np.sqrt(np.clip(var[:, 3:5].max(1), 0, None)))
+    identified = (
+        excited
+        & np.all(np.isfinite(std_pos), 1)
+        & (std_pos.max(1) <= max_std_position)
+        & np.isfinite(std_n)
+        & (std_n <= max_std_normal_deg)
+    )
+    q = unpack(v)
+    p_fit, n_fit = (np.asarray(a) for a in _params_to_geometry(q, p0, n0, t0, t1, length_scale))
+    p_out = np.where(identified[:, None], p_fit, layout.positions)
+    n_out = np.where(identified[:, None], n_fit, layout.normals)
+    new = LinkLayout.make(p_out, n_out, layout.tangents)
+    gains = None if "gain" not in q else np.where(identified, np.asarray(q["gain"]), 1.0)
+
+    def rmse(pred, frames):
+        if not frames.any():
+            return None
+        d = (pred[frames] - meas[frames])[:, mask]
+        return float(np.sqrt(np.mean(d * d)))
+
+    init_pred = None
+    if hold.any():
+        q0 = {k: jnp.zeros_like(a) if k != "gain" else jnp.ones_like(a) for k, a in q.items()}
+        init_pred = np.asarray(readings(q0, exact, scene))
+    return LayoutFit(
+        layout=new,
+        gains=gains,
+        excited=excited,
+        identified=identified,
+        std_position=std_pos,
+        std_normal_deg=std_n,
+        noise_std=noise,
+        train_rmse=rmse(pred_all, train),
+        holdout_rmse=rmse(pred_all, hold),
+        holdout_rmse_initial=None if init_pred is None else rmse(init_pred, hold),
+        results=results,
+    )
+
+
+def layout_errors(est: LinkLayout, true: LinkLayout):
+    """Position error (m) and normal angle error (deg) per taxel ``[N]``."""
+    d = np.linalg.norm(est.positions - true.positions, axis=1)
+    c = np.clip(np.sum(est.normals * true.normals, 1), -1.0, 1.0)
+    return d, np.degrees(np.arccos(c))
