@@ -28,6 +28,14 @@ RECORDING is an NPZ written by difftaxel.io.write_recording:
   timestamps_ns  [T] int64
   root_poses     [T, 7] wrist root pose in the world (optional; identity if absent)
   object_poses   [T, B, 7], object_twists [T, B, 6] (world; one body per object)
+
+A rigid-link recording (a skin on one link; difftaxel.io.write_link_recording) has instead
+  header         "layout": {"type": "RigidLink", "positions": [[x,y,z],...] (m, link frame),
+                 "normals": [[nx,ny,nz],...], "tangents": optional}, "channels": "xyz" |
+                 "normal" | [[bool x3] per taxel], plus "objects" and "sensor" as above
+  frames         [T, N, 3] (taxel axes) or [T, N] normal readings (pressure-only skins)
+  link_poses     [T, 7] link pose in the world (optional; identity if absent)
+and the output is the calibrated layout (JSON: layout, identified, std_position_m, ...).
 """
 
 LOG_HELP = """\
@@ -125,59 +133,113 @@ def _shape(o):
     raise ValueError(f"objects: unknown kind {kind!r} (sphere, box, plane)")
 
 
-def _calibrate(args) -> int:
+def _bodies(objects, object_poses, object_twists):
     import dataclasses
 
     import jax.numpy as jnp
     import numpy as np
 
-    from ._files import atomic_write, check_output
     from .geometry import Bodies
-    from .glove import GloveScene, calibrate_bind_poses
-    from .io import metadata_to_dict, read_recording
+
+    shapes = tuple(dataclasses.replace(_shape(o), body=i) for i, o in enumerate(objects))
+    if object_twists is None:
+        object_twists = np.zeros(object_poses.shape[:-1] + (6,))
+    return Bodies(shapes, object_poses[0]).with_state(
+        jnp.asarray(object_poses), jnp.asarray(object_twists)
+    )
+
+
+def _sensor(options, n, path):
+    import numpy as np
+
     from .sensors import KinematicTaxel
 
+    try:
+        return KinematicTaxel(probe_local_pos=np.zeros((n, 3)), **(options or {}))
+    except TypeError as e:
+        raise ValueError(f"{path}: sensor options: {e}") from None
+
+
+def _frame_period(ts):
+    import numpy as np
+
+    return float(np.median(np.diff(ts))) * 1e-9 if len(ts) > 1 else 0.01
+
+
+def _calibrate(args) -> int:
+    import jax.numpy as jnp
+    import numpy as np
+
+    from ._files import atomic_write, check_output
+    from .glove import GloveScene
+    from .io import (
+        layout_to_dict,
+        metadata_to_dict,
+        read_link_recording,
+        read_recording,
+        recording_kind,
+    )
+    from .skin import LinkLayout, LinkScene, SkinnedScene, calibrate_layout
+
     out = check_output(args.out, "--out", inputs=[args.recording])
-    rec = read_recording(args.recording)
+    kind = recording_kind(args.recording)
+    rec = read_link_recording(args.recording) if kind == "link" else read_recording(args.recording)
     if not rec.objects:
         raise ValueError(f"{args.recording}: the recording has no objects (see --help)")
     T = rec.frames.shape[0]
-    shapes = tuple(dataclasses.replace(_shape(o), body=i) for i, o in enumerate(rec.objects))
-    twists = rec.object_twists
-    if twists is None:
-        twists = np.zeros(rec.object_poses.shape[:-1] + (6,))
-    bodies = Bodies(shapes, rec.object_poses[0]).with_state(
-        jnp.asarray(rec.object_poses), jnp.asarray(twists)
+    bodies = _bodies(rec.objects, rec.object_poses, rec.object_twists)
+    dt = _frame_period(rec.timestamps_ns)
+    if kind == "link":
+        layout, channels = rec.layout, rec.channels
+        link = rec.link_poses
+        if link is None:
+            link = np.tile([0, 0, 0, 0, 0, 0, 1.0], (T, 1))
+        rig = LinkScene(jnp.asarray(link), bodies, dt)
+    else:
+        lbs, channels = rec.metadata.geometry_mapping, "xyz"
+        layout = LinkLayout.from_poses(lbs.taxel_bind_poses)
+        root = rec.root_poses
+        if root is None:
+            root = np.tile([0, 0, 0, 0, 0, 0, 1.0], (T, 1))
+        rig = SkinnedScene(
+            lbs, GloveScene(jnp.asarray(root), jnp.asarray(rec.joint_poses), bodies, dt)
+        )
+    frames = np.nan_to_num(np.asarray(rec.frames, float))  # unrecorded channels are ignored
+    fit = calibrate_layout(
+        _sensor(rec.sensor, layout.n_taxels, args.recording),
+        layout,
+        rig,
+        frames,
+        channels=channels,
+        holdout=args.holdout,
+        steps_per_stage=args.steps,
+        progress=True,
     )
-    root = (
-        rec.root_poses if rec.root_poses is not None else np.tile([0, 0, 0, 0, 0, 0, 1.0], (T, 1))
-    )
-    scene = GloveScene(
-        jnp.asarray(root),
-        jnp.asarray(rec.joint_poses),
-        bodies,
-        float(np.median(np.diff(rec.timestamps_ns))) * 1e-9 if T > 1 else 0.01,
-    )
-    lbs = rec.metadata.geometry_mapping
-    try:
-        sensor = KinematicTaxel(probe_local_pos=np.zeros((lbs.n_taxels, 3)), **(rec.sensor or {}))
-    except TypeError as e:
-        raise ValueError(f"{args.recording}: sensor options: {e}") from None
-    est, _, results = calibrate_bind_poses(
-        sensor, lbs, scene, rec.frames, steps_per_stage=args.steps, progress=True
-    )
-    meta = rec.metadata.replace(geometry_mapping=lbs.replace(taxel_bind_poses=est))
-    text = json.dumps(metadata_to_dict(meta), indent=1)
+    if kind == "link":
+        doc = {
+            "format": "difftaxel.layout",
+            "version": 1,
+            "layout": layout_to_dict(fit.layout),
+            "identified": fit.identified.tolist(),
+            "excited": fit.excited.tolist(),
+            "std_position_m": fit.std_position.tolist(),
+            "std_normal_deg": fit.std_normal_deg.tolist(),
+        }
+    else:
+        new = lbs.replace(taxel_bind_poses=jnp.asarray(fit.layout.frames()))
+        doc = metadata_to_dict(rec.metadata.replace(geometry_mapping=new))
+    text = json.dumps(doc, indent=1)
     atomic_write(out, lambda fh: fh.write(text), "w")
-    moved = np.linalg.norm(np.asarray(est)[:, :3] - np.asarray(lbs.taxel_bind_poses)[:, :3], axis=1)
-    touched = np.abs(np.asarray(rec.frames)).max(axis=(0, 2)) > 0
-    n_t = int(touched.sum())
-    med = float(np.median(moved[touched])) * 1e3 if n_t else 0.0
+    moved = np.linalg.norm(fit.layout.positions - layout.positions, axis=1)
+    r = fit.results
+    print(f"loss {r[0].losses[0]:.4g} -> {r[-1].losses[-1]:.4g}")
+    print(fit.report())
+    idf = fit.identified
+    med = float(np.median(moved[idf])) * 1e3 if idf.any() else 0.0
+    what = "layout" if kind == "link" else "metadata"
     print(
-        f"loss {results[0].losses[0]:.4g} -> {results[-1].losses[-1]:.4g}; {n_t} of "
-        f"{lbs.n_taxels} taxels touched in the recording, their median bind-pose move "
-        f"{med:.3f} mm (max {float(moved.max()) * 1e3:.3f} mm); calibrated metadata written to "
-        f"{out}"
+        f"median move of the identified taxels {med:.3f} mm (max "
+        f"{float(moved.max()) * 1e3:.3f} mm); calibrated {what} written to {out}"
     )
     return 0
 
@@ -289,6 +351,16 @@ def _positive(kind, name, strict=True):
     return parse
 
 
+def _holdout(text):
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= v < 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text}")
+    return v
+
+
 def _fraction(text):
     try:
         v = float(text)
@@ -365,8 +437,10 @@ def _parser() -> argparse.ArgumentParser:
     press.add_argument("--all", action="store_true", help="print probes out of contact too")
     cal = sub.add_parser(
         "calibrate",
-        help="fit taxel bind poses to a glove recording",
-        description="Fit each taxel's bind pose to the recording's forces.",
+        help="fit taxel bind poses (a glove) or a skin layout (a rigid link) to a recording",
+        description="Fit each taxel's position and normal (and tangent, with shear channels) "
+        "to the recording's readings; report taxels never excited or not identifiable (they "
+        "keep their initial values), standard deviations and a held-out check.",
         epilog=RECORDING_HELP + CALIBRATE_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -374,10 +448,17 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument(
         "--out",
         default="calibrated_metadata.json",
-        help="output metadata JSON (never the recording; checked before the fit)",
+        help="output JSON: calibrated metadata (glove) or layout (rigid link); never the "
+        "recording; checked before the fit",
     )
     cal.add_argument(
         "--steps", type=_positive(int, "steps"), default=200, help="steps per smoothing stage"
+    )
+    cal.add_argument(
+        "--holdout",
+        type=_holdout,
+        default=0.2,
+        help="fraction of frames in [0, 1) kept out of the fit to check it (0.2)",
     )
     ident = sub.add_parser(
         "identify",

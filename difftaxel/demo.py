@@ -127,8 +127,9 @@ def _model(sensor, lbs, scene, params, smoothing):
 
 
 def _write_session(path, lbs, scene, measured, truth, sensor):
-    """The session as a recording that ``difftaxel calibrate`` reads (the true sensor model:
-    spring stiffness and exponent, no hysteresis; bind poses as the metadata's starting point)."""
+    """The session as a recording that ``difftaxel calibrate`` reads: the true spring stiffness
+    and exponent (the recording's hysteresis is not in that model), and ``lbs``'s bind poses
+    (the demo's perturbed starting point) as the metadata to calibrate."""
     T = scene.T_root_joints.shape[0]
     meta = TactileMetadata(lbs, default_glove("right").segment_source)
     write_recording(
@@ -292,7 +293,14 @@ def run_demo(
     atomic_write(
         os.path.join(out_dir, "results.json"), lambda fh: json.dump(result, fh, indent=1), "w"
     )
-    _write_session(os.path.join(out_dir, "session.npz"), lbs, scene, measured, truth, sensor)
+    _write_session(
+        os.path.join(out_dir, "session.npz"),
+        lbs.replace(taxel_bind_poses=jnp.asarray(bind0, lbs.taxel_bind_poses.dtype)),
+        scene,
+        measured,
+        truth,
+        sensor,
+    )
     fit_arrays = dict(
         losses=np.asarray(losses),
         bind_true=tb,

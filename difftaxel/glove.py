@@ -18,7 +18,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import pose as _pose
-from .calibrate import fit
 from .geometry import Bodies
 from .sensors import KinematicTaxel, SensorInputs
 from .skinning import LBS, skin_frames
@@ -97,63 +96,47 @@ def calibrate_bind_poses(
     scene: GloveScene,
     measured: Array,
     *,
+    channels="xyz",
     smoothing_schedule=(5e-4, 1e-4, 0.0),
     steps_per_stage: int = 200,
     learning_rate: float = 5e-3,
     length_scale: float = 0.01,
     fit_gains: bool = False,
-    force_scale: float | None = None,
+    holdout: float = 0.0,
     progress: bool = False,
 ):
     """Fit each taxel's bind pose (position and orientation) to measured forces.
 
-    The loss is the mean squared difference of :func:`glove_forces` and ``measured
-    [T, N, 3]`` (N, taxel axes), divided by ``force_scale^2`` (default: the largest measured
-    force). Bind poses are updated in the se(3) tangent space (quaternions stay unit); gains, if
-    fitted, in log space.
+    The skinned hand is one rig of :func:`difftaxel.skin.calibrate_layout` (a
+    :class:`~difftaxel.skin.SkinnedScene`); this returns its poses. Use ``calibrate_layout``
+    directly for the per-taxel report (never excited, not identifiable, standard deviations,
+    held-out check). ``measured`` is ``[T, N, 3]`` (N, taxel axes) or ``[T, N]`` normal
+    readings with ``channels="normal"``; ``channels`` is any mask of
+    :func:`~difftaxel.skin.channel_mask`.
 
     Contact onset: a taxel whose initial guess is out of contact has no gradient with the exact
     model, so the fit runs in stages with decreasing ``sensor.smoothing`` (softplus onset, smooth
-    shear gates; ``smoothing_schedule`` in m): the first stages pull every taxel toward contact,
-    the last (``0.0`` = Genesis's exact model) removes the smoothing bias. Each stage compiles
-    once.
+    shear gates; ``smoothing_schedule`` in m), then polishes each taxel by Levenberg-Marquardt
+    at the exact model. Each stage compiles once.
 
-    Returns ``(taxel_bind_poses [N, 7], gains [N] or None, list of FitResult per stage)``.
+    Returns ``(taxel_bind_poses [N, 7], gains [N] or None, list of FitResult per stage)``;
+    taxels that cannot be identified keep their initial bind poses.
     """
-    meas = jnp.asarray(measured)
-    if meas.shape != (scene.T_root_joints.shape[0], lbs.n_taxels, 3):
-        raise ValueError(
-            f"measured: expected shape ({scene.T_root_joints.shape[0]}, {lbs.n_taxels}, 3), "
-            f"got {meas.shape}"
-        )
-    if not np.all(np.isfinite(np.asarray(meas))):
-        raise ValueError("measured: non-finite readings")
-    scale = float(jnp.abs(meas).max()) if force_scale is None else float(force_scale)
-    if not scale > 0:
-        raise ValueError("measured: all readings are zero; nothing to calibrate against")
-    params = {"bind": lbs.taxel_bind_poses}
-    transforms = {"bind": "se3"}
-    if fit_gains:
-        params["gain"] = jnp.ones(lbs.n_taxels, meas.dtype)
-        transforms["gain"] = "log"
-    results = []
-    for sm in smoothing_schedule:
-        s = sensor.replace(smoothing=float(sm))
+    from .skin import LinkLayout, SkinnedScene, calibrate_layout
 
-        def loss(p, _, s=s):
-            F = glove_forces(s, lbs, scene, p["bind"], p.get("gain"))
-            return jnp.mean((F - meas) ** 2) / scale**2
-
-        r = fit(
-            loss,
-            params,
-            steps=steps_per_stage,
-            learning_rate=learning_rate,
-            transforms=transforms,
-            log_every=max(1, min(50, steps_per_stage)),
-            progress=progress,
-            se3_length_scale=length_scale,
-        )
-        params = r.params
-        results.append(r)
-    return params["bind"], params.get("gain"), results
+    f = calibrate_layout(
+        sensor,
+        LinkLayout.from_poses(lbs.taxel_bind_poses),
+        SkinnedScene(lbs, scene),
+        measured,
+        channels=channels,
+        fit_gains=fit_gains,
+        holdout=holdout,
+        smoothing_schedule=smoothing_schedule,
+        steps_per_stage=steps_per_stage,
+        learning_rate=learning_rate,
+        length_scale=length_scale,
+        progress=progress,
+    )
+    dtype = lbs.taxel_bind_poses.dtype
+    return jnp.asarray(f.layout.frames(), dtype), f.gains, f.results

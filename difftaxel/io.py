@@ -9,6 +9,13 @@ A recording is one NPZ file:
 * ``joint_poses``: ``[T, J, 7]`` current joint poses in the wrist root frame (segment order);
 * ``timestamps_ns``: ``[T]`` int64 sample times (ns).
 
+A **rigid-link recording** (a skin on one link, :func:`write_link_recording`) has, instead
+of ``metadata`` and ``joint_poses``, a header ``"layout"`` (``{"type": "RigidLink",
+"positions", "normals", "tangents"}``, m and unit vectors in the link frame; ``tangents``
+optional) and ``"channels"`` (``"xyz"``, ``"normal"`` or a bool mask ``[N, 3]``), ``frames``
+``[T, N, 3]`` or ``[T, N]`` (normal readings) and optional ``link_poses [T, 7]`` (world).
+:func:`recording_kind` tells the two apart.
+
 Everything round-trips losslessly (``frames`` are stored as given, float32 or float64).
 """
 
@@ -30,6 +37,12 @@ __all__ = [
     "Recording",
     "write_recording",
     "read_recording",
+    "recording_kind",
+    "LinkRecording",
+    "layout_to_dict",
+    "layout_from_dict",
+    "write_link_recording",
+    "read_link_recording",
     "StreamError",
     "TactileStreamReader",
 ]
@@ -129,6 +142,23 @@ def _check_series(meta, frames, joint_poses, timestamps_ns):
     return f, jp, ts.astype(np.int64)
 
 
+def _object_arrays(objects, object_poses, object_twists, T) -> dict:
+    if not objects:
+        return {}
+    _check_objects(list(objects))
+    op = np.asarray(object_poses, float)
+    if op.shape != (T, len(objects), 7):
+        raise ValueError(f"object_poses: expected shape ({T}, {len(objects)}, 7), got {op.shape}")
+    tw = (
+        np.zeros((T, len(objects), 6))
+        if object_twists is None
+        else np.asarray(object_twists, float)
+    )
+    if tw.shape != (T, len(objects), 6):
+        raise ValueError(f"object_twists: expected shape ({T}, {len(objects)}, 6), got {tw.shape}")
+    return {"object_poses": op, "object_twists": tw}
+
+
 def write_recording(
     path,
     metadata: TactileMetadata,
@@ -173,23 +203,7 @@ def write_recording(
         if rp.shape != (T, 7):
             raise ValueError(f"root_poses: expected shape ({T}, 7), got {rp.shape}")
         extra["root_poses"] = rp
-    if objects:
-        op = np.asarray(object_poses, float)
-        if op.shape != (T, len(objects), 7):
-            raise ValueError(
-                f"object_poses: expected shape ({T}, {len(objects)}, 7), got {op.shape}"
-            )
-        extra["object_poses"] = op
-        tw = (
-            np.zeros((T, len(objects), 6))
-            if object_twists is None
-            else np.asarray(object_twists, float)
-        )
-        if tw.shape != (T, len(objects), 6):
-            raise ValueError(
-                f"object_twists: expected shape ({T}, {len(objects)}, 6), got {tw.shape}"
-            )
-        extra["object_twists"] = tw
+    extra.update(_object_arrays(objects, object_poses, object_twists, T))
     try:  # serialised before the file is touched: a bad option cannot cost the old file
         text = json.dumps(header, default=_json_default)
     except TypeError as e:
@@ -233,6 +247,24 @@ def _check_objects(objects) -> list:
     return objects
 
 
+def _scene_objects(header: dict, arrays: dict, T: int):
+    """Validated ``(objects, object_poses [T, B, 7] | None, object_twists [T, B, 6] | None)``."""
+    objects = _check_objects(header.get("objects") or [])
+    op, tw = arrays.get("object_poses"), arrays.get("object_twists")
+    B = len(objects)
+    if B:
+        if op is None:
+            raise ValueError(f"object_poses: missing, {B} object(s) listed in the header")
+        if op.shape != (T, B, 7) or not np.all(np.isfinite(op)):
+            raise ValueError(f"object_poses: expected finite shape ({T}, {B}, 7), got {op.shape}")
+        _check_quats(op, "object_poses")
+        if tw is not None and (tw.shape != (T, B, 6) or not np.all(np.isfinite(tw))):
+            raise ValueError(f"object_twists: expected finite shape ({T}, {B}, 6), got {tw.shape}")
+    elif op is not None:
+        raise ValueError("object_poses: present, but the header lists no objects")
+    return objects, op, (tw if B else None)
+
+
 def _load(path, keys_hint: str):
     """``np.load`` with every failure (missing, not a zip, truncated) as one ValueError."""
     p = os.fspath(path)
@@ -256,6 +288,32 @@ def _get(z, p, k):
         raise ValueError(f"{p}: entry {k!r} is corrupted or unreadable ({e})") from None
 
 
+def _header(z, p, needs: set) -> dict:
+    missing = ({"header"} | needs) - set(z.files)
+    if missing:
+        raise ValueError(f"{p}: not a difftaxel recording (missing {sorted(missing)})")
+    try:
+        header = json.loads(str(_get(z, p, "header")))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{p}: header is not valid JSON ({e})") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        fmt = header.get("format") if isinstance(header, dict) else None
+        raise ValueError(f"{p}: header format {fmt!r}, expected {FORMAT!r}")
+    if header.get("version") != VERSION:
+        raise ValueError(
+            f"{p}: recording version {header.get('version')!r}, this reader knows {VERSION}"
+        )
+    return header
+
+
+def recording_kind(path) -> str:
+    """``"hand"`` (:func:`read_recording`) or ``"link"`` (:func:`read_link_recording`)."""
+    p = os.fspath(path)
+    with _load(p, "a difftaxel recording") as z:
+        header = _header(z, p, {"frames", "timestamps_ns"})
+    return "link" if "layout" in header and "metadata" not in header else "hand"
+
+
 def read_recording(path) -> Recording:
     """Read and validate a recording written by :func:`write_recording`.
 
@@ -265,20 +323,9 @@ def read_recording(path) -> Recording:
     """
     p = os.fspath(path)
     with _load(p, "a difftaxel recording") as z:
-        missing = {"header", "frames", "joint_poses", "timestamps_ns"} - set(z.files)
-        if missing:
-            raise ValueError(f"{p}: not a difftaxel recording (missing {sorted(missing)})")
-        try:
-            header = json.loads(str(_get(z, p, "header")))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{p}: header is not valid JSON ({e})") from None
-        if not isinstance(header, dict) or header.get("format") != FORMAT:
-            fmt = header.get("format") if isinstance(header, dict) else None
-            raise ValueError(f"{p}: header format {fmt!r}, expected {FORMAT!r}")
-        if header.get("version") != VERSION:
-            raise ValueError(
-                f"{p}: recording version {header.get('version')!r}, this reader knows {VERSION}"
-            )
+        header = _header(z, p, {"frames", "joint_poses", "timestamps_ns"})
+        if "layout" in header and "metadata" not in header:
+            raise ValueError(f"{p}: a rigid-link recording; read it with read_link_recording")
         try:
             meta = metadata_from_dict(header.get("metadata"))
             arrays = {k: _get(z, p, k) for k in z.files if k != "header"}
@@ -294,23 +341,8 @@ def read_recording(path) -> Recording:
                         f"root_poses: expected finite shape ({T}, 7), got {root.shape}"
                     )
                 _check_quats(root, "root_poses")
-            objects = _check_objects(header.get("objects") or [])
-            op, tw = arrays.get("object_poses"), arrays.get("object_twists")
+            objects, op, tw = _scene_objects(header, arrays, T)
             B = len(objects)
-            if B:
-                if op is None:
-                    raise ValueError(f"object_poses: missing, {B} object(s) listed in the header")
-                if op.shape != (T, B, 7) or not np.all(np.isfinite(op)):
-                    raise ValueError(
-                        f"object_poses: expected finite shape ({T}, {B}, 7), got {op.shape}"
-                    )
-                _check_quats(op, "object_poses")
-                if tw is not None and (tw.shape != (T, B, 6) or not np.all(np.isfinite(tw))):
-                    raise ValueError(
-                        f"object_twists: expected finite shape ({T}, {B}, 6), got {tw.shape}"
-                    )
-            elif op is not None:
-                raise ValueError("object_poses: present, but the header lists no objects")
             sensor = header.get("sensor") or None
             if sensor is not None and not isinstance(sensor, dict):
                 raise ValueError(f"sensor: expected a dict of options, got {type(sensor).__name__}")
@@ -377,3 +409,163 @@ class TactileStreamReader:
                 f"frame: expected shape ({N}, 3) (metadata taxel count), got {f.shape}"
             )
         return f
+
+
+# ----------------------------------------------------------------------------- rigid links
+
+
+class LinkRecording(NamedTuple):
+    """A recording of a taxel skin on one rigid link: ``layout``
+    (:class:`~difftaxel.skin.LinkLayout`, link frame), ``channels`` (``"xyz"``, ``"normal"`` or
+    a bool mask ``[N, 3]``), ``frames [T, N, 3]`` (taxel axes; NaN outside the channels) or
+    ``[T, N]`` (normal readings), ``timestamps_ns [T]``, and optional ``link_poses [T, 7]``
+    (world; identity if absent), ``objects``, ``object_poses [T, B, 7]``, ``object_twists
+    [T, B, 6]``, ``sensor`` options."""
+
+    layout: object
+    channels: object
+    frames: np.ndarray
+    timestamps_ns: np.ndarray
+    link_poses: np.ndarray | None = None
+    objects: list | None = None
+    object_poses: np.ndarray | None = None
+    object_twists: np.ndarray | None = None
+    sensor: dict | None = None
+
+
+def layout_to_dict(layout) -> dict:
+    """JSON-able dict of a :class:`~difftaxel.skin.LinkLayout` (m, unit vectors, link frame)."""
+    return {
+        "type": "RigidLink",
+        "positions": np.asarray(layout.positions, float).tolist(),
+        "normals": np.asarray(layout.normals, float).tolist(),
+        "tangents": np.asarray(layout.tangents, float).tolist(),
+    }
+
+
+def layout_from_dict(d) -> object:
+    """Inverse of :func:`layout_to_dict`; ``tangents`` may be absent (the layout's rule)."""
+    from .skin import LinkLayout
+
+    if not isinstance(d, dict) or d.get("type") != "RigidLink":
+        got = d.get("type") if isinstance(d, dict) else d
+        raise ValueError(f"layout.type: expected 'RigidLink', got {got!r}")
+    try:
+        return LinkLayout.make(d["positions"], d["normals"], d.get("tangents"))
+    except KeyError as e:
+        raise ValueError(f"layout: missing key {e}") from None
+    except ValueError as e:
+        raise ValueError(f"layout.{e}") from None
+
+
+def _channels_json(channels, N):
+    from .skin import channel_mask
+
+    m = channel_mask(channels, N)
+    return channels if isinstance(channels, str) else m.tolist()
+
+
+def _check_link_frames(frames, N, T=None):
+    f = np.asarray(frames)
+    if f.ndim not in (2, 3) or f.shape[1] != N or (f.ndim == 3 and f.shape[2] != 3):
+        raise ValueError(
+            f"frames: expected (T, {N}, 3) or (T, {N}) (N from the layout), got {f.shape}"
+        )
+    if f.shape[0] == 0:
+        raise ValueError("frames: expected at least one frame (empty time range)")
+    return f
+
+
+def write_link_recording(
+    path,
+    layout,
+    frames,
+    timestamps_ns,
+    *,
+    channels="xyz",
+    link_poses=None,
+    objects=None,
+    object_poses=None,
+    object_twists=None,
+    sensor: dict | None = None,
+) -> None:
+    """Write a rigid-link recording (:class:`LinkRecording`) as an NPZ with a JSON ``header``
+    (``"layout"``, ``"channels"``, ``"objects"``, ``"sensor"``) and arrays ``frames``,
+    ``timestamps_ns``, ``link_poses``, ``object_poses``, ``object_twists``. Atomic."""
+    N = layout.n_taxels
+    f = _check_link_frames(frames, N)
+    T = f.shape[0]
+    ts = np.asarray(timestamps_ns)
+    if ts.shape != (T,) or not np.issubdtype(ts.dtype, np.integer) or np.any(np.diff(ts) < 0):
+        raise ValueError(f"timestamps_ns: expected non-decreasing int64 of shape ({T},)")
+    header = {
+        "format": FORMAT,
+        "version": VERSION,
+        "layout": layout_to_dict(layout),
+        "channels": _channels_json(channels, N),
+        "units": {
+            "frames": "N (or the skin's pressure units), taxel axes",
+            "layout": "m, link frame",
+            "link_poses": "m + quaternion xyzw, world",
+            "object_poses": "m + quaternion xyzw, world",
+            "object_twists": "m/s then rad/s, world",
+        },
+        "objects": list(objects or []),
+        "sensor": dict(sensor or {}),
+    }
+    extra = _object_arrays(objects, object_poses, object_twists, T)
+    if link_poses is not None:
+        lp = np.asarray(link_poses, float)
+        if lp.shape != (T, 7):
+            raise ValueError(f"link_poses: expected shape ({T}, 7), got {lp.shape}")
+        _check_quats(lp, "link_poses")
+        extra["link_poses"] = lp
+    try:
+        text = json.dumps(header, default=_json_default)
+    except TypeError as e:
+        raise ValueError(f"sensor / objects: not JSON-serialisable ({e})") from None
+    arrays = dict(header=np.asarray(text), frames=f, timestamps_ns=ts.astype(np.int64), **extra)
+    atomic_write(path, lambda fh: np.savez(fh, **arrays))
+
+
+def read_link_recording(path) -> LinkRecording:
+    """Read and validate :func:`write_link_recording`'s file; errors start with the file name."""
+    from .skin import channel_mask
+
+    p = os.fspath(path)
+    with _load(p, "a difftaxel recording") as z:
+        header = _header(z, p, {"frames", "timestamps_ns"})
+        if "layout" not in header:
+            raise ValueError(f"{p}: a hand recording (no 'layout'); read it with read_recording")
+        try:
+            layout = layout_from_dict(header["layout"])
+            N = layout.n_taxels
+            arrays = {k: _get(z, p, k) for k in z.files if k != "header"}
+            f = _check_link_frames(arrays["frames"], N)
+            T = f.shape[0]
+            ch = header.get("channels", "xyz")
+            mask = channel_mask(ch if isinstance(ch, str) else np.asarray(ch, bool), N)
+            if f.ndim == 2 and mask[:, :2].any():
+                raise ValueError(
+                    "frames: [T, N] readings are normal only; channels must be 'normal'"
+                )
+            sel = f if f.ndim == 2 else f[:, mask]
+            if not np.all(np.isfinite(sel)):
+                raise ValueError("frames: non-finite readings in the recorded channels")
+            ts = arrays["timestamps_ns"]
+            if ts.shape != (T,) or not np.issubdtype(ts.dtype, np.integer):
+                raise ValueError(f"timestamps_ns: expected int64 of shape ({T},), got {ts.shape}")
+            lp = arrays.get("link_poses")
+            if lp is not None:
+                if lp.shape != (T, 7) or not np.all(np.isfinite(lp)):
+                    raise ValueError(f"link_poses: expected finite shape ({T}, 7), got {lp.shape}")
+                _check_quats(lp, "link_poses")
+            objects, op, tw = _scene_objects(header, arrays, T)
+            sensor = header.get("sensor") or None
+            if sensor is not None and not isinstance(sensor, dict):
+                raise ValueError(f"sensor: expected a dict of options, got {type(sensor).__name__}")
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{p}: {e}") from None
+        return LinkRecording(
+            layout, ch if isinstance(ch, str) else mask, f, ts, lp, objects or None, op, tw, sensor
+        )

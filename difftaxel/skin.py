@@ -41,14 +41,17 @@ import numpy as np
 from . import pose as _pose
 from .calibrate import FitResult, fit
 from .geometry import Bodies, Sphere
+from .glove import GloveScene, glove_forces
 from .layout import orthogonals
 from .sensors import KinematicTaxel, SensorInputs
+from .skinning import LBS
 
 Array = jax.Array
 
 __all__ = [
     "LinkLayout",
     "LinkScene",
+    "SkinnedScene",
     "channel_mask",
     "taxel_frames",
     "link_readings",
@@ -101,6 +104,16 @@ class LinkLayout(NamedTuple):
             t = t - np.sum(t * n, 1, keepdims=True) * n
             t = _unit_rows(t, "tangents (projected on the normal's plane)")
         return cls(p, n, t)
+
+    @classmethod
+    def from_poses(cls, poses) -> LinkLayout:
+        """Layout of taxel poses ``[N, 7]`` (x y z qx qy qz qw; +Z the normal, +X the tangent),
+        e.g. an :class:`~difftaxel.skinning.LBS`'s ``taxel_bind_poses``."""
+        T = np.asarray(poses, float)
+        if T.ndim != 2 or T.shape[1] != 7:
+            raise ValueError(f"poses: expected [N, 7], got {T.shape}")
+        R = np.asarray(_pose.quat_to_matrix(jnp.asarray(T[:, 3:])), float)
+        return cls.make(T[:, :3], R[:, :, 2], R[:, :, 0])
 
     @property
     def n_taxels(self) -> int:
@@ -157,6 +170,8 @@ class LinkScene(NamedTuple):
       bodies: :class:`~difftaxel.geometry.Bodies` with ``[T]``-leading ``poses`` / ``twists``.
       dt: frame period (s).
       twist_link: ``[T, 6]`` link twist (world frame, linear then angular), or None (static).
+
+    Layouts on it are in the link frame.
     """
 
     T_world_link: Array
@@ -164,16 +179,54 @@ class LinkScene(NamedTuple):
     dt: float
     twist_link: Array | None = None
 
+    @property
+    def n_frames(self) -> int:
+        return self.T_world_link.shape[0]
 
-def _frames_of(scene: LinkScene, idx) -> LinkScene:
-    """The scene restricted to frames ``idx``."""
-    b = scene.bodies
-    return LinkScene(
-        scene.T_world_link[idx],
-        b.with_state(b.poses[idx], b.twists[idx]),
-        scene.dt,
-        None if scene.twist_link is None else scene.twist_link[idx],
-    )
+    def subset(self, idx) -> LinkScene:
+        """The scene restricted to frames ``idx`` (host int array)."""
+        b = self.bodies
+        return LinkScene(
+            self.T_world_link[idx],
+            b.with_state(b.poses[idx], b.twists[idx]),
+            self.dt,
+            None if self.twist_link is None else self.twist_link[idx],
+        )
+
+    def readings(self, sensor, positions, normals, tangents_ref, gains=None) -> Array:
+        """:func:`link_readings` on this scene."""
+        return link_readings(sensor, self, positions, normals, tangents_ref, gains)
+
+
+class SkinnedScene(NamedTuple):
+    """A skinned hand as a rig for :func:`calibrate_layout`: ``lbs`` (its ``taxel_bind_poses``
+    are replaced by the layout) and a :class:`~difftaxel.glove.GloveScene`. Layouts on it are
+    bind poses in the wrist root frame (``LinkLayout.from_poses(lbs.taxel_bind_poses)``)."""
+
+    lbs: LBS
+    scene: GloveScene
+
+    @property
+    def n_frames(self) -> int:
+        return self.scene.T_root_joints.shape[0]
+
+    def subset(self, idx) -> SkinnedScene:
+        g = self.scene
+        b = g.bodies
+        return SkinnedScene(
+            self.lbs,
+            GloveScene(
+                g.T_world_root[idx],
+                g.T_root_joints[idx],
+                b.with_state(b.poses[idx], b.twists[idx]),
+                g.dt,
+            ),
+        )
+
+    def readings(self, sensor, positions, normals, tangents_ref, gains=None) -> Array:
+        """:func:`~difftaxel.glove.glove_forces` with bind poses from the layout."""
+        bind = jnp.concatenate([positions, _pose.matrix_to_quat(_axes(normals, tangents_ref))], -1)
+        return glove_forces(sensor, self.lbs, self.scene, bind, gains)
 
 
 def link_readings(
@@ -264,16 +317,20 @@ class LayoutFit(NamedTuple):
     """Result of :func:`calibrate_layout`.
 
     Attributes:
-      layout: the calibrated :class:`LinkLayout` (unidentified taxels keep their initial values).
-      gains: ``[N]`` fitted gains or None.
+      layout: the calibrated :class:`LinkLayout` (taxels not identified keep their initial
+        values).
+      gains: ``[N]`` fitted gains (1 where not identified) or None.
       excited: ``[N]`` bool, the taxel read a non-zero value in some training frame.
       identified: ``[N]`` bool, excited and its parameters' standard deviations within limits.
-      std_position: ``[N, 3]`` m, std of each position coordinate (link frame).
+      std_position: ``[N, 3]`` m, std of each position coordinate (layout frame).
       std_normal_deg: ``[N]`` deg, std of the normal's direction (the larger tangent-plane axis).
-      noise_std: pooled residual std (N) on the training frames.
-      train_rmse, holdout_rmse, holdout_rmse_initial: RMSE (N) over the masked channels of the
+      std_tangent_deg: ``[N]`` deg, std of the tangent's angle about the normal (NaN when no
+        tangential channel is read: the tangent then only follows the normal).
+      noise_std: pooled residual std (reading units) on the training frames.
+      train_rmse, holdout_rmse, holdout_rmse_initial: RMSE over the selected channels of the
         training frames, of the held-out frames, and of the held-out frames before the fit
         (None without held-out frames).
+      holdout: ``[T]`` bool, the held-out frames.
       results: the :class:`~difftaxel.calibrate.FitResult` of each smoothing stage.
     """
 
@@ -283,23 +340,61 @@ class LayoutFit(NamedTuple):
     identified: np.ndarray
     std_position: np.ndarray
     std_normal_deg: np.ndarray
+    std_tangent_deg: np.ndarray
     noise_std: float
     train_rmse: float
     holdout_rmse: float | None
     holdout_rmse_initial: float | None
+    holdout: np.ndarray
     results: list
 
+    def report(self) -> str:
+        """A few lines for people: what was identified, what was not, and the checks."""
+        N = self.excited.size
+        lines = [
+            f"{int(self.identified.sum())} of {N} taxels identified; "
+            f"{int((~self.excited).sum())} never excited, "
+            f"{int((self.excited & ~self.identified).sum())} excited but not identifiable "
+            "(kept at their initial layout)"
+        ]
+        idf = self.identified
+        if idf.any():
+            lines.append(
+                f"identified taxels: median std position {np.median(self.std_position[idf].max(1)) * 1e3:.3f} mm, "
+                f"normal {np.median(self.std_normal_deg[idf]):.2f} deg"
+            )
+        if self.holdout_rmse is not None:
+            lines.append(
+                f"held-out frames: RMSE {self.holdout_rmse:.4g} (initial layout "
+                f"{self.holdout_rmse_initial:.4g}), training {self.train_rmse:.4g}, "
+                f"noise estimate {self.noise_std:.4g}"
+            )
+        return "\n".join(lines)
 
-def _params_to_geometry(q, p0, n0, t0, t1, scale):
-    p = p0 + scale * q["dpos"]
+
+def _geometry(q, base, length_scale):
+    """Positions, normals and reference tangents from per-taxel parameters: a position offset
+    (``length_scale`` m per unit), a tilt of the normal along the initial tangents and a spin
+    of the tangent about the normal (rad)."""
+    p0, n0, t0, t1 = base
+    p = p0 + length_scale * q["dpos"]
     n = n0 + q["tilt"][:, :1] * t0 + q["tilt"][:, 1:2] * t1
-    return p, n / jnp.linalg.norm(n, axis=-1, keepdims=True)
+    n = n / jnp.linalg.norm(n, axis=-1, keepdims=True)
+    t = t0
+    if "spin" in q:
+        t = jnp.cos(q["spin"])[:, None] * t0 + jnp.sin(q["spin"])[:, None] * t1
+    return p, n, t
+
+
+def _host_rng(key):
+    seed = 0 if key is None else int(jax.random.randint(key, (), 0, 2**30))
+    return np.random.default_rng(seed)
 
 
 def calibrate_layout(
     sensor: KinematicTaxel,
     layout: LinkLayout,
-    scene: LinkScene,
+    scene,
     measured,
     *,
     channels="xyz",
@@ -315,33 +410,35 @@ def calibrate_layout(
     max_std_normal_deg: float = 3.0,
     progress: bool = False,
 ) -> LayoutFit:
-    """Fit each taxel's position and normal (and optionally gain) on a rigid link.
+    """Fit each taxel's position and normal (its tangent too when a tangential channel is
+    read, and optionally a gain) to recorded readings.
 
     Args:
       sensor: the force model (:class:`~difftaxel.sensors.KinematicTaxel` options).
-      layout: the initial layout (:class:`LinkLayout`).
-      scene: the recording's :class:`LinkScene` (``T`` frames).
+      layout: the initial layout (:class:`LinkLayout`), in the rig's frame.
+      scene: the rig: a :class:`LinkScene` (a rigid link; layout in the link frame) or a
+        :class:`SkinnedScene` (a skinned hand; layout = bind poses in the wrist root frame).
       measured: readings ``[T, N, 3]`` in taxel axes, or ``[T, N]`` normal readings (then
-        ``channels`` must select only the normal channel); entries outside ``channels`` are
+        ``channels`` may select only the normal channel); entries outside ``channels`` are
         ignored.
       channels: ``"xyz"``, ``"normal"`` or a bool mask ``[3]`` / ``[N, 3]`` (taxel axes).
-      fit_gains: also fit a positive gain per taxel (needed for pressure readings in other
-        units than the model's force).
+      fit_gains: also fit a positive gain per taxel (pressure readings, unknown sensitivity).
       holdout: fraction of frames (drawn with ``key``) kept out of the fit to check it.
-      smoothing_schedule, steps_per_stage, learning_rate, length_scale: the first-order stages
-        (as :func:`~difftaxel.glove.calibrate_bind_poses`); ``length_scale`` m per unit of
-        position parameter.
+      smoothing_schedule, steps_per_stage, learning_rate: the first-order stages (Adam, each
+        with its contact smoothing in m: a taxel out of contact has no gradient otherwise).
+      length_scale: m per unit of position parameter (sets position against angle steps).
       lm_steps: per-taxel Levenberg-Marquardt iterations at the exact model (0: none).
       max_std_position, max_std_normal_deg: a taxel is *identified* when every position std is
-        within the first (m) and its normal's std within the second (deg); others keep their
-        initial values.
+        within the first (m) and its normal's (and tangent's) std within the second (deg);
+        others keep their initial values and are reported.
 
-    Returns a :class:`LayoutFit`.
+    Returns a :class:`LayoutFit`. Errors name the argument (shapes, non-finite readings, a
+    channel mask that selects nothing, all-zero readings).
     """
     N = layout.n_taxels
     mask = channel_mask(channels, N)
     meas = np.asarray(measured, float)
-    T = scene.T_world_link.shape[0]
+    T = scene.n_frames
     if meas.shape == (T, N):
         if mask[:, :2].any():
             raise ValueError("measured: [T, N] readings are normal only; use channels='normal'")
@@ -352,34 +449,37 @@ def calibrate_layout(
         raise ValueError("measured: non-finite readings in the selected channels")
     if not 0.0 <= float(holdout) < 1.0:
         raise ValueError(f"holdout: expected a fraction in [0, 1), got {holdout}")
-    n_hold = int(round(holdout * T))
-    rng = np.random.default_rng(0 if key is None else int(jax.random.randint(key, (), 0, 2**30)))
     hold = np.zeros(T, bool)
-    hold[rng.choice(T, n_hold, replace=False)] = True
+    n_hold = int(round(holdout * T))
+    if n_hold:
+        hold[_host_rng(key).choice(T, n_hold, replace=False)] = True
     train = ~hold
     if train.sum() < 1:
         raise ValueError("holdout: leaves no training frame")
     scale = float(np.abs(meas[train][:, mask]).max())
     if not scale > 0:
         raise ValueError("measured: every selected training reading is zero; nothing to fit")
-    dtype = scene.T_world_link.dtype
+    dtype = jnp.result_type(float)
     p0, n0, t0 = (jnp.asarray(a, dtype) for a in layout)
-    t1 = jnp.cross(n0, t0)
+    base = (p0, n0, t0, jnp.cross(n0, t0))
     m_j = jnp.asarray(mask, dtype)
     w_train = jnp.asarray(train, dtype)[:, None, None] * m_j[None]
     meas_j = jnp.asarray(meas, dtype)
-    sub = _frames_of(scene, np.flatnonzero(train))
+    sub = scene.subset(np.flatnonzero(train))
     meas_tr = meas_j[train]
 
     def readings(q, s, sc):
-        p, n = _params_to_geometry(q, p0, n0, t0, t1, length_scale)
-        return link_readings(s, sc, p, n, t0, q.get("gain"))
+        p, n, t = _geometry(q, base, length_scale)
+        return sc.readings(s, p, n, t, q.get("gain"))
 
-    params = {"dpos": jnp.zeros((N, 3), dtype), "tilt": jnp.zeros((N, 2), dtype)}
-    transforms = {}
+    sizes = {"dpos": 3, "tilt": 2}
+    if mask[:, :2].any():
+        sizes["spin"] = 1
+    if fit_gains:
+        sizes["gain"] = 1
+    params = {k: jnp.zeros((N, m) if m > 1 else (N,), dtype) for k, m in sizes.items()}
     if fit_gains:
         params["gain"] = jnp.ones(N, dtype)
-        transforms["gain"] = "log"
     n_sel = float(m_j.sum()) * float(train.sum())
     results: list[FitResult] = []
     for sm in smoothing_schedule:
@@ -394,7 +494,7 @@ def calibrate_layout(
             params,
             steps=steps_per_stage,
             learning_rate=learning_rate,
-            transforms=transforms or None,
+            transforms={"gain": "log"} if fit_gains else None,
             log_every=max(1, min(50, steps_per_stage)),
             progress=progress,
         )
@@ -402,97 +502,87 @@ def calibrate_layout(
         results.append(r)
 
     exact = sensor.replace(smoothing=0.0)
-    names = [k for k in ("dpos", "tilt", "gain") if k in params]
-    sizes = {"dpos": 3, "tilt": 2, "gain": 1}
-    P = sum(sizes[k] for k in names)
+    P = sum(sizes.values())
 
     def unpack(v):  # [N, P] -> params
         out, i = {}, 0
-        for k in names:
-            out[k] = v[:, i : i + sizes[k]] if k != "gain" else v[:, i]
-            i += sizes[k]
+        for k, m in sizes.items():
+            out[k] = v[:, i : i + m] if m > 1 else v[:, i]
+            i += m
         return out
 
     def pack(q):
-        return jnp.concatenate([q[k] if k != "gain" else q[k][:, None] for k in names], 1)
+        return jnp.concatenate([q[k] if m > 1 else q[k][:, None] for k, m in sizes.items()], 1)
+
+    def res(v):
+        r = (readings(unpack(v), exact, scene) - meas_j) * w_train
+        return jnp.moveaxis(r, 1, 0).reshape(N, -1)  # [N, T*3]: taxel i's own residuals
 
     @jax.jit
     def blocks(v):
-        """Per-taxel residuals ``[N, T*3]`` and Jacobian blocks ``[N, T*3, P]``."""
-
-        def res(v):
-            r = (readings(unpack(v), exact, scene) - meas_j) * w_train
-            return jnp.moveaxis(r, 1, 0).reshape(N, -1)
-
-        cols = []
-        for k in range(P):  # P <= 6 forward-mode products, not a loop over taxels
-            e = jnp.zeros_like(v).at[:, k].set(1.0)
-            cols.append(jax.jvp(res, (v,), (e,))[1])
+        """Residuals ``[N, T*3]`` and Jacobian blocks ``[N, T*3, P]``: taxel ``i``'s readings
+        depend on its own parameters only, so P forward-mode products give every block."""
+        cols = [jax.jvp(res, (v,), (jnp.zeros_like(v).at[:, k].set(1.0),))[1] for k in range(P)]
         return res(v), jnp.stack(cols, -1)
 
-    @jax.jit
-    def cost_of(v):
-        r = (readings(unpack(v), exact, scene) - meas_j) * w_train
-        return jnp.sum(r * r, axis=(0, 2))
-
+    cost_of = jax.jit(lambda v: jnp.sum(res(v) ** 2, 1))
     v = pack(params)
     lam = jnp.full(N, 1e-3, dtype)
-    for _ in range(int(lm_steps)):  # host loop over a few iterations; taxels are batched
+    for _ in range(int(lm_steps)):  # a few iterations on the host; every taxel at once
         r, J = blocks(v)
         A = jnp.einsum("nrp,nrq->npq", J, J)
         g = jnp.einsum("nrp,nr->np", J, r)
         d = jnp.diagonal(A, axis1=1, axis2=2)
-        damp = lam[:, None] * (d + 1e-12 * jnp.max(d, 1, keepdims=True)) + 1e-30
+        damp = lam[:, None] * (d + 1e-9 * jnp.max(d, 1, keepdims=True)) + 1e-30
         step = -jnp.linalg.solve(A + jax.vmap(jnp.diag)(damp), g[..., None])[..., 0]
-        c_old = jnp.sum(r * r, 1)
         c_new = cost_of(v + step)
-        ok = jnp.isfinite(c_new) & (c_new < c_old)
+        ok = jnp.isfinite(c_new) & (c_new < jnp.sum(r * r, 1))
         v = jnp.where(ok[:, None], v + step, v)
         lam = jnp.where(ok, lam / 3.0, lam * 10.0)
 
     r, J = blocks(v)
-    pred_all = np.asarray(readings(unpack(v), exact, scene))
+    q = unpack(v)
+    pred = np.asarray(readings(q, exact, scene))
     dof = max(float(mask.sum()) * float(train.sum()) - N * P, 1.0)
-    noise = float(np.sqrt(np.sum(np.asarray(r) ** 2) / dof))
+    noise = float(np.sqrt(np.sum(np.asarray(r, np.float64) ** 2) / dof))
     A = np.asarray(jnp.einsum("nrp,nrq->npq", J, J), np.float64)
     excited = np.any((np.abs(meas[train]) > 0) & mask[None], axis=(0, 2))
-    cov = np.full((N, P, P), np.inf)
-    for_inv = excited & np.all(np.isfinite(A), axis=(1, 2))
-    if for_inv.any():
-        eig = np.linalg.eigvalsh(A[for_inv])
-        good = eig[:, 0] > 1e-12 * np.maximum(eig[:, -1], 1e-300)
-        idx = np.flatnonzero(for_inv)
-        inv = np.full((idx.size, P, P), np.inf)
-        if good.any():
-            inv[good] = np.linalg.inv(A[for_inv][good])
-        cov[idx] = noise**2 * inv
-    var = np.diagonal(cov, axis1=1, axis2=2)
-    std_pos = length_scale * np.sqrt(np.clip(var[:, :3], 0, None))
-    std_n = np.degrees(np.sqrt(np.clip(var[:, 3:5].max(1), 0, None)))
+    var = np.full((N, P), np.inf)
+    ok = excited & np.all(np.isfinite(A), axis=(1, 2))
+    if ok.any():
+        eig = np.linalg.eigvalsh(A[ok])
+        good = eig[:, 0] > 1e-10 * np.maximum(eig[:, -1], 1e-300)
+        idx = np.flatnonzero(ok)[good]
+        var[idx] = noise**2 * np.diagonal(np.linalg.inv(A[idx]), axis1=1, axis2=2)
+    var = np.clip(var, 0.0, None)
+    std_pos = length_scale * np.sqrt(var[:, :3])
+    std_n = np.degrees(np.sqrt(var[:, 3:5].max(1)))
+    std_t = np.degrees(np.sqrt(var[:, 5])) if "spin" in sizes else np.full(N, np.nan)
     identified = (
         excited
-        & np.all(np.isfinite(std_pos), 1)
         & (std_pos.max(1) <= max_std_position)
-        & np.isfinite(std_n)
         & (std_n <= max_std_normal_deg)
+        & (np.isnan(std_t) | (std_t <= max_std_normal_deg))
     )
-    q = unpack(v)
-    p_fit, n_fit = (np.asarray(a) for a in _params_to_geometry(q, p0, n0, t0, t1, length_scale))
-    p_out = np.where(identified[:, None], p_fit, layout.positions)
-    n_out = np.where(identified[:, None], n_fit, layout.normals)
-    new = LinkLayout.make(p_out, n_out, layout.tangents)
+    p_fit, n_fit, t_fit = (np.asarray(a) for a in _geometry(q, base, length_scale))
+    keep = identified[:, None]
+    new = LinkLayout.make(
+        np.where(keep, p_fit, layout.positions),
+        np.where(keep, n_fit, layout.normals),
+        np.where(keep, t_fit, layout.tangents),
+    )
     gains = None if "gain" not in q else np.where(identified, np.asarray(q["gain"]), 1.0)
 
-    def rmse(pred, frames):
+    def rmse(pr, frames):
         if not frames.any():
             return None
-        d = (pred[frames] - meas[frames])[:, mask]
+        d = (pr[frames] - meas[frames])[:, mask]
         return float(np.sqrt(np.mean(d * d)))
 
-    init_pred = None
+    init_rmse = None
     if hold.any():
-        q0 = {k: jnp.zeros_like(a) if k != "gain" else jnp.ones_like(a) for k, a in q.items()}
-        init_pred = np.asarray(readings(q0, exact, scene))
+        q0 = {k: jnp.ones_like(a) if k == "gain" else jnp.zeros_like(a) for k, a in q.items()}
+        init_rmse = rmse(np.asarray(readings(q0, exact, scene)), hold)
     return LayoutFit(
         layout=new,
         gains=gains,
@@ -500,10 +590,12 @@ def calibrate_layout(
         identified=identified,
         std_position=std_pos,
         std_normal_deg=std_n,
+        std_tangent_deg=std_t,
         noise_std=noise,
-        train_rmse=rmse(pred_all, train),
-        holdout_rmse=rmse(pred_all, hold),
-        holdout_rmse_initial=None if init_pred is None else rmse(init_pred, hold),
+        train_rmse=rmse(pred, train),
+        holdout_rmse=rmse(pred, hold),
+        holdout_rmse_initial=init_rmse,
+        holdout=hold,
         results=results,
     )
 

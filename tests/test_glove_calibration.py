@@ -100,11 +100,11 @@ def test_bind_pose_recovery_3mm_10deg_with_noise():
 
 def test_bad_input():
     lbs, scene, sensor = pad_scene(T=4)
-    with pytest.raises(ValueError, match="measured: expected shape"):
+    with pytest.raises(ValueError, match="measured: expected"):
         calibrate_bind_poses(sensor, lbs, scene, jnp.zeros((4, 3, 3)))
     bad = jnp.zeros((4, lbs.n_taxels, 3)).at[0, 0, 0].set(jnp.nan)
     with pytest.raises(ValueError, match="non-finite"):
         calibrate_bind_poses(sensor, lbs, scene, bad)
-    with pytest.raises(ValueError, match="all readings are zero"):
+    with pytest.raises(ValueError, match="reading is zero"):
         calibrate_bind_poses(sensor, lbs, scene, jnp.zeros((4, lbs.n_taxels, 3)))
     assert jax.tree_util.tree_leaves(scene)
