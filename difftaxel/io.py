@@ -323,9 +323,11 @@ def read_recording(path) -> Recording:
     """
     p = os.fspath(path)
     with _load(p, "a difftaxel recording") as z:
-        header = _header(z, p, {"frames", "joint_poses", "timestamps_ns"})
+        header = _header(z, p, {"frames", "timestamps_ns"})
         if "layout" in header and "metadata" not in header:
             raise ValueError(f"{p}: a rigid-link recording; read it with read_link_recording")
+        if "joint_poses" not in z.files:
+            raise ValueError(f"{p}: not a difftaxel recording (missing ['joint_poses'])")
         try:
             meta = metadata_from_dict(header.get("metadata"))
             arrays = {k: _get(z, p, k) for k in z.files if k != "header"}

@@ -271,9 +271,9 @@ def link_readings(
 
 def press_plan(
     layout: LinkLayout,
-    radius: float = 4e-3,
-    depths=(0.6e-3, 1.4e-3),
-    offset: float = 2e-3,
+    radius: float = 6e-3,
+    depths=(1e-3, 2e-3),
+    offset: float = 3.5e-3,
     dt: float = 0.01,
 ) -> LinkScene:
     """An excitation that identifies positions and normals from normal readings.
@@ -282,8 +282,10 @@ def press_plan(
     normal ``n_i`` to each of ``depths`` (m, below the nominal surface point), centred and
     offset by ``offset`` (m) along ``+-t0`` and ``+-t1``: ``5 * len(depths) * N`` frames, one
     sphere each, the link static at the identity. At an offset press the contact direction at
-    the taxel leans ``~asin(offset / radius)`` from its normal; the depths vary the reading's
-    magnitude along the normal. The offset must stay below the radius.
+    the taxel leans ``~asin(offset / radius)`` (36 deg by default) from its normal; the depths
+    vary the reading's magnitude along the normal. The defaults suit a pitch of a few mm and
+    an initial layout a few mm off (the contact patch, ~5 mm across at 2 mm, still reaches a
+    taxel that far from its nominal site). The offset must stay below the radius.
     """
     if not 0 < offset < radius:
         raise ValueError(f"offset: expected 0 < offset < radius ({radius}), got {offset}")

@@ -61,7 +61,7 @@ def test_cli_demo_quick_prints_table(tmp_path, capsys):
         timeout=600,
     )
     assert r.returncode == 0, r.stderr
-    assert "taxels touched" in r.stdout and out.exists()
+    assert "taxels identified" in r.stdout and "held-out frames" in r.stdout and out.exists()
 
 
 def test_demo_plots_written_atomically(tmp_path):
