@@ -22,6 +22,7 @@ def test_readme_python_blocks_run():
     assert f.shape == (11, 11, 3) and np.abs(f).max() > 0
     g = ns["jax"].grad(ns["loss"])(jnp.asarray(0.009))
     assert np.isfinite(g) and g != 0
+    assert np.median(ns["position_error"]) < 1e-4 and np.median(ns["normal_error_deg"]) < 1.0
 
 
 def test_readme_quick_start_commands():
