@@ -229,6 +229,7 @@ class SkinnedScene(NamedTuple):
         return glove_forces(sensor, self.lbs, self.scene, bind, gains)
 
 
+@jax.jit
 def link_readings(
     sensor: KinematicTaxel,
     scene: LinkScene,
@@ -530,6 +531,7 @@ def calibrate_layout(
     cost_of = jax.jit(lambda v: jnp.sum(res(v) ** 2, 1))
     v = pack(params)
     lam = jnp.full(N, 1e-3, dtype)
+    stalled = 0
     for _ in range(int(lm_steps)):  # a few iterations on the host; every taxel at once
         r, J = blocks(v)
         A = jnp.einsum("nrp,nrq->npq", J, J)
@@ -537,14 +539,20 @@ def calibrate_layout(
         d = jnp.diagonal(A, axis1=1, axis2=2)
         damp = lam[:, None] * (d + 1e-9 * jnp.max(d, 1, keepdims=True)) + 1e-30
         step = -jnp.linalg.solve(A + jax.vmap(jnp.diag)(damp), g[..., None])[..., 0]
+        c_old = jnp.sum(r * r, 1)
         c_new = cost_of(v + step)
-        ok = jnp.isfinite(c_new) & (c_new < jnp.sum(r * r, 1))
+        ok = jnp.isfinite(c_new) & (c_new < c_old)
         v = jnp.where(ok[:, None], v + step, v)
         lam = jnp.where(ok, lam / 3.0, lam * 10.0)
+        gain = jnp.sum(jnp.where(ok, c_old - c_new, 0.0)) / jnp.maximum(jnp.sum(c_old), 1e-300)
+        stalled = stalled + 1 if float(gain) < 1e-7 else 0
+        if stalled >= 3:  # converged: three tries (lam x1000) and no taxel's cost falls
+            break
 
     r, J = blocks(v)
     q = unpack(v)
-    pred = np.asarray(readings(q, exact, scene))
+    predict = jax.jit(lambda q: readings(q, exact, scene))  # shared by the fit and the start
+    pred = np.asarray(predict(q))
     dof = max(float(mask.sum()) * float(train.sum()) - N * P, 1.0)
     noise = float(np.sqrt(np.sum(np.asarray(r, np.float64) ** 2) / dof))
     A = np.asarray(jnp.einsum("nrp,nrq->npq", J, J), np.float64)
@@ -584,7 +592,7 @@ def calibrate_layout(
     init_rmse = None
     if hold.any():
         q0 = {k: jnp.ones_like(a) if k == "gain" else jnp.zeros_like(a) for k, a in q.items()}
-        init_rmse = rmse(np.asarray(readings(q0, exact, scene)), hold)
+        init_rmse = rmse(np.asarray(predict(q0)), hold)
     return LayoutFit(
         layout=new,
         gains=gains,
