@@ -5,12 +5,13 @@ from .grid import GridSDF, genesis_grid_spec
 from .mesh import TriangleMesh, closest_point_on_triangle
 from .planes import Planes
 from .sampling import farthest_point_sampling, sample_surface_points
-from .shapes import Box, Capsule, Cylinder, Plane, Shape, Sphere, shape_sdf_world
+from .shapes import Box, Capsule, ConvexHull, Cylinder, Plane, Shape, Sphere, shape_sdf_world
 
 __all__ = [
     "Bodies",
     "Box",
     "Capsule",
+    "ConvexHull",
     "Cylinder",
     "GridSDF",
     "Plane",

@@ -37,7 +37,16 @@ from .._validate import check_last_dim, check_pose, check_positive
 
 Array = jax.Array
 
-__all__ = ["Shape", "Sphere", "Plane", "Box", "Capsule", "Cylinder", "sdf_local_xyz"]
+__all__ = [
+    "Shape",
+    "Sphere",
+    "Plane",
+    "Box",
+    "Capsule",
+    "Cylinder",
+    "ConvexHull",
+    "sdf_local_xyz",
+]
 
 
 def _identity_pose():
@@ -303,6 +312,92 @@ class Cylinder(Shape):
         r, hh = jnp.asarray(self.radius), 0.5 * jnp.asarray(self.height)
         e = jnp.stack([r, r, hh])
         return -e, e
+
+
+@pytree_dataclass
+class ConvexHull(Shape):
+    """Convex polytope: the intersection of the half-spaces ``normals[f] . p <= offsets[f]``.
+
+    The hull MuJoCo collides a mesh geom with. ``sd = max_f (normals[f] . p - offsets[f])``:
+    exact inside (the penetration depth) and in front of a face; outside, near an edge or a
+    vertex, a lower bound of the distance (the contact models only need the inside). The normal
+    is the face attaining the max (ties: the lowest face index).
+
+    Attributes:
+      normals: ``[F, 3]`` unit outward face normals (shape frame).
+      offsets: ``[F]`` m, ``normals[f] . x`` for any point ``x`` on face ``f``.
+      vertices: ``[V, 3]`` m, the hull's vertices (for its box and for drawing).
+
+    Build it from points with :meth:`from_points`.
+    """
+
+    normals: Array = None
+    offsets: Array = None
+    vertices: Array = None
+    T_body_shape: Array = dataclasses.field(default_factory=_identity_pose)
+    body: int = static_field(0)
+
+    def __post_init__(self):
+        n, d, v = (_as_float(a) for a in (self.normals, self.offsets, self.vertices))
+        check_last_dim(n, 3, "ConvexHull.normals")
+        check_last_dim(v, 3, "ConvexHull.vertices")
+        if np.shape(d) != np.shape(n)[:1] or np.shape(n)[0] < 4:
+            raise ValueError(
+                f"ConvexHull.offsets: expected [F] with F >= 4 faces like normals "
+                f"{np.shape(n)}, got {np.shape(d)}"
+            )
+        for name, a in (("normals", n), ("offsets", d), ("vertices", v)):
+            if not isinstance(a, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(a))):
+                raise ValueError(f"ConvexHull.{name}: non-finite values")
+        object.__setattr__(self, "normals", n)
+        object.__setattr__(self, "offsets", d)
+        object.__setattr__(self, "vertices", v)
+        object.__setattr__(self, "T_body_shape", _as_float(self.T_body_shape))
+        _check_common(self)
+
+    @classmethod
+    def from_points(cls, points, *, T_body_shape=None, body: int = 0, decimals: int = 9):
+        """The convex hull of ``points [V, 3]`` (m; at least 4, not coplanar), coplanar
+        triangles merged into one face plane (planes equal to ``decimals``)."""
+        import trimesh
+
+        pts = np.asarray(points, float)
+        if pts.ndim != 2 or pts.shape[1] != 3 or pts.shape[0] < 4:
+            raise ValueError(f"points: expected [V, 3] with V >= 4, got {pts.shape}")
+        try:
+            hull = trimesh.convex.convex_hull(pts)
+        except Exception as e:  # qhull's own error types
+            raise ValueError(f"points: no 3-d convex hull ({e})") from None
+        if hull.volume <= 0:
+            raise ValueError("points: the hull is flat (coplanar points)")
+        nrm = np.asarray(hull.face_normals)
+        off = np.sum(nrm * hull.vertices[hull.faces[:, 0]], 1)
+        planes = np.unique(np.round(np.c_[nrm, off], decimals), axis=0)
+        return cls(
+            normals=planes[:, :3] / np.linalg.norm(planes[:, :3], axis=1, keepdims=True),
+            offsets=planes[:, 3],
+            vertices=np.asarray(hull.vertices),
+            T_body_shape=_identity_pose() if T_body_shape is None else T_body_shape,
+            body=body,
+        )
+
+    def sdf_local(self, p):
+        return _stacked(self.sdf_local_xyz, p)
+
+    def sdf_local_xyz(self, x, y, z):
+        n = self.normals.astype(x.dtype)
+        d = self.offsets.astype(x.dtype)
+        lead = (1,) * x.ndim
+        col = lambda a: a.reshape(lead + (-1,))  # noqa: E731
+        e = x[..., None] * col(n[:, 0]) + y[..., None] * col(n[:, 1])
+        e = e + z[..., None] * col(n[:, 2]) - col(d)
+        k = jnp.argmax(e, axis=-1)
+        sd = jnp.max(e, axis=-1)
+        return sd, (n[k, 0], n[k, 1], n[k, 2])
+
+    def aabb_local(self):
+        v = jnp.asarray(self.vertices)
+        return v.min(0), v.max(0)
 
 
 def shape_sdf_world(shape, T_world_body: Array, p_world: Array) -> tuple[Array, Array]:

@@ -1,0 +1,219 @@
+"""Taxels inside MuJoCo MJX (optional extra): scene mapping, twists against MuJoCo's own,
+rollouts (jit, vmap), float64 gradients through the physics, the iterations guard, the Shadow
+Hand test model and the stiffness fit to MJX contact forces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+mujoco = pytest.importorskip("mujoco", reason="the [mjx] extra is not installed")
+pytest.importorskip("mujoco.mjx", reason="the [mjx] extra is not installed")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from mujoco import mjx  # noqa: E402
+
+from difftaxel.geometry import Box, Capsule, ConvexHull, Cylinder, Plane, Sphere  # noqa: E402
+from difftaxel.mjx import (  # noqa: E402
+    body_poses_twists,
+    contact_mask,
+    grid_on_geom,
+    load_shadow_hand,
+    rollout,
+    scene_from_model,
+    sensor_inputs,
+)
+from difftaxel.sensors import KinematicTaxel  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _mjx_allows_rank_promotion():
+    """MJX's own code relies on implicit rank promotion, which the suite otherwise refuses."""
+    with jax.numpy_rank_promotion("allow"):
+        yield
+
+
+PAD_BALL = """
+<mujoco>
+  <option timestep="0.002" iterations="{it}" ls_iterations="4"/>
+  <worldbody>
+    <body name="pad"><geom name="pad" type="box" size="0.02 0.02 0.005"/></body>
+    <body name="ball" pos="0.003 0.002 0.0158">
+      <freejoint/><geom name="ball" type="sphere" size="0.01" mass="0.05"/>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+@pytest.fixture(scope="module")
+def pad_ball():
+    m = mujoco.MjModel.from_xml_string(PAD_BALL.format(it=1))
+    scene = scene_from_model(m, "pad")
+    pos, _ = grid_on_geom(m, "pad", 4, 4, extent=0.6)
+    sensor = KinematicTaxel(probe_local_pos=pos, probe_radius=5e-4)
+    mx = mjx.put_model(m)
+    return m, mx, scene, sensor
+
+
+def test_mjx_scene_mapping_sizes_exclusions_and_unmapped():
+    xml = """
+    <mujoco>
+      <asset><mesh name="tet" vertex="0 0 0  0.02 0 0  0 0.02 0  0 0 0.02"/></asset>
+      <worldbody>
+        <geom name="floor" type="plane" size="1 1 0.1"/>
+        <body name="link"><geom name="pad" type="box" size="0.02 0.02 0.005"/></body>
+        <body name="a" pos="0.1 0 0">
+          <geom type="sphere" size="0.01"/>
+          <geom type="capsule" size="0.01 0.02" pos="0 0 0.05"/>
+          <geom type="box" size="0.01 0.02 0.03" pos="0 0.1 0"/>
+          <geom type="cylinder" size="0.01 0.02" pos="0 0.2 0"/>
+          <geom type="mesh" mesh="tet" pos="0 0.3 0"/>
+          <geom name="egg" type="ellipsoid" size="0.01 0.02 0.03" pos="0 0.4 0"/>
+          <geom name="look" type="sphere" size="0.05" contype="0" conaffinity="0"/>
+        </body>
+      </worldbody>
+    </mujoco>"""
+    m = mujoco.MjModel.from_xml_string(xml)
+    sc = scene_from_model(m, "link")
+    kinds = [type(s) for s in sc.bodies.shapes]
+    assert kinds == [Plane, Sphere, Capsule, Box, Cylinder, ConvexHull]
+    assert sc.unmapped == [("egg", "mjGEOM_ELLIPSOID")]
+    assert m.geom("pad").id not in sc.geom_ids and m.geom("look").id not in sc.geom_ids
+    assert sc.sensor_geoms.tolist() == [m.geom("pad").id]
+    cap, box, cyl, hull = sc.bodies.shapes[2:]
+    assert float(cap.length) == pytest.approx(0.04) and float(cap.radius) == pytest.approx(0.01)
+    np.testing.assert_allclose(box.size, [0.02, 0.04, 0.06])  # MuJoCo's half sizes doubled
+    assert float(cyl.height) == pytest.approx(0.04)
+    # the tetrahedron's hull (MuJoCo recentres meshes: the geom pose carries the shift): a
+    # vertex on the surface, the centroid inside, in the body frame
+    from difftaxel import pose as P
+
+    p_body = jnp.asarray([[0.02, 0.3, 0], [0.005, 0.305, 0.005]])
+    sd, _ = hull.sdf_local(P.inverse_apply(hull.T_body_shape, p_body))
+    assert abs(float(sd[0])) < 1e-8 and float(sd[1]) < 0
+    with pytest.raises(ValueError, match="sensor_body: no body named 'nope'"):
+        scene_from_model(m, "nope")
+
+
+@pytest.mark.slow
+def test_mjx_twists_match_mujoco_object_velocity():
+    """Bodies whose centre of mass is off their origin, on a chain: ``cvel`` is about the
+    subtree's centre of mass, the twist must be the velocity of the body origin."""
+    xml = """
+    <mujoco><worldbody>
+      <body name="base" pos="0 0 0.1"><joint type="hinge" axis="0 1 0"/>
+        <geom type="box" size="0.05 0.01 0.01" pos="0.05 0 0" mass="1"/>
+        <body name="tip" pos="0.1 0 0"><joint type="hinge" axis="0 0 1"/>
+          <geom type="capsule" size="0.01 0.03" pos="0.03 0.02 0" euler="0 90 0" mass="0.3"/>
+        </body>
+      </body>
+      <body name="free" pos="0.3 0 0.2"><freejoint/>
+        <geom type="box" size="0.02 0.01 0.01" pos="0.02 0.01 0" mass="0.2"/></body>
+    </worldbody></mujoco>"""
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    rng = np.random.default_rng(0)
+    d.qpos[:2] = rng.normal(size=2)
+    d.qvel[:] = rng.normal(size=m.nv)
+    mujoco.mj_forward(m, d)
+    mx = mjx.put_model(m)
+    dx = jax.jit(mjx.forward)(mx, mjx.put_data(m, d))
+    ids = np.arange(1, m.nbody)
+    poses, twists = body_poses_twists(dx, ids, np.asarray(m.body_rootid)[ids])
+    for k, b in enumerate(ids):
+        ov = np.zeros(6)
+        mujoco.mj_objectVelocity(m, d, mujoco.mjtObj.mjOBJ_BODY, int(b), ov, 0)
+        # mj_objectVelocity answers for a body at its centre of mass (xipos): move ours there
+        v_origin, w = np.asarray(twists[k, :3]), np.asarray(twists[k, 3:])
+        v_com = v_origin + np.cross(w, d.xipos[b] - d.xpos[b])
+        np.testing.assert_allclose(np.r_[v_com, w], np.r_[ov[3:], ov[:3]], atol=1e-9)
+        assert b != 1 or np.abs(v_origin).max() < 1e-12  # the hinge sits at base's origin
+        np.testing.assert_allclose(np.asarray(poses[k, :3]), d.xpos[b], atol=1e-12)
+        np.testing.assert_allclose(
+            np.asarray(poses[k, 3:]), np.r_[d.xquat[b][1:], d.xquat[b][:1]], atol=1e-12
+        )
+
+
+def test_mjx_rollout_reads_the_resting_ball_vmap_and_gating(pad_ball):
+    m, mx, scene, sensor = pad_ball
+    d0 = mjx.make_data(mx)
+    run = jax.jit(lambda d: rollout(mx, d, sensor, scene, jnp.zeros((150, 0)), m=m))
+    d, _, r = run(d0)
+    fz = np.asarray(r.ground_truth.force[..., 2])
+    assert fz.shape == (150, 4, 4) and fz[-1].sum() < 0  # pressed into the pad: -z
+    # two environments in one vmapped call equal two calls
+    dz = jax.vmap(lambda z: d0.replace(qpos=d0.qpos.at[2].set(z)))(jnp.array([0.0158, 0.0162]))
+    _, _, rv = jax.jit(jax.vmap(lambda d: rollout(mx, d, sensor, scene, jnp.zeros((150, 0)), m=m)))(
+        dz
+    )
+    np.testing.assert_allclose(
+        rv.ground_truth.force[0], r.ground_truth.force, rtol=1e-9, atol=1e-12
+    )
+    # the resting ball is in MJX's contact list with the pad; gating keeps it
+    assert bool(contact_mask(scene, d)[0])
+    inp = sensor_inputs(scene, m, d, gated=True)
+    assert bool(inp.body_mask[0])
+
+
+@pytest.mark.slow
+def test_mjx_gradient_through_physics_matches_finite_differences(pad_ball):
+    m, mx, scene, sensor = pad_ball
+    d0 = mjx.make_data(mx)
+
+    def loss(z0, mass):
+        mm = mx.replace(body_mass=mx.body_mass.at[2].set(mass))
+        d = d0.replace(qpos=d0.qpos.at[2].set(z0))
+        _, _, r = rollout(mm, d, sensor, scene, jnp.zeros((40, 0)), m=m)
+        return jnp.sum(r.ground_truth.force[..., 2]) * 1e-2
+
+    g = jax.jit(jax.grad(loss, argnums=(0, 1)))(0.0158, 0.05)
+    f = jax.jit(loss)
+    h = 1e-6
+    fd = (
+        (f(0.0158 + h, 0.05) - f(0.0158 - h, 0.05)) / (2 * h),
+        (f(0.0158, 0.05 + h) - f(0.0158, 0.05 - h)) / (2 * h),
+    )
+    for a, b in zip(g, fd):
+        assert np.isfinite(float(a)) and abs(float(a) - float(b)) <= 1e-3 * abs(float(b))
+
+
+def test_mjx_more_solver_iterations_is_a_clear_error(pad_ball):
+    _, _, scene, sensor = pad_ball
+    m4 = mujoco.MjModel.from_xml_string(PAD_BALL.format(it=4))
+    mx4 = mjx.put_model(m4)
+    with pytest.raises(ValueError, match=r'm.opt.iterations: 4; .*iterations="1"'):
+        rollout(mx4, mjx.make_data(mx4), sensor, scene, jnp.zeros((2, 0)), m=m4)
+    _, _, r = rollout(
+        mx4, mjx.make_data(mx4), sensor, scene, jnp.zeros((2, 0)), m=m4, differentiable=False
+    )
+    assert r.ground_truth.force.shape == (2, 4, 4, 3)
+
+
+@pytest.mark.slow
+def test_mjx_shadow_hand_fingertip_taxels():
+    h = load_shadow_hand(3, 3)
+    assert len(h.sensors) == 5 and all(s.unmapped == [] for s in h.scenes)
+    for name, sensor, scene in zip(h.fingertips, h.sensors, h.scenes):
+        assert sensor.probe_local_pos.shape == (3, 3, 3)
+        assert scene.sensor_body == h.m.body(name).id
+    # taxels lie on their fingertip's collision hull (body frame)
+    b = h.scenes[0].sensor_body
+    g = next(
+        x
+        for x in range(h.m.ngeom)
+        if h.m.geom_bodyid[x] == b and (h.m.geom_contype[x] or h.m.geom_conaffinity[x])
+    )
+    everything = scene_from_model(h.m, 0, include_world=False)
+    hull = everything.bodies.shapes[list(everything.geom_ids).index(g)]
+    from difftaxel import pose as P
+
+    p_geom = P.inverse_apply(hull.T_body_shape, jnp.asarray(h.sensors[0].probe_local_pos))
+    sd, _ = hull.sdf_local(p_geom)
+    assert float(jnp.abs(sd).max()) < 1e-9
+    mx = mjx.put_model(h.m)
+    _, _, r = jax.jit(lambda d: rollout(mx, d, h.sensors, h.scenes, jnp.zeros((3, h.m.nu)), m=h.m))(
+        mjx.make_data(mx)
+    )
+    assert len(r) == 5 and r[0].ground_truth.force.shape == (3, 3, 3, 3)
