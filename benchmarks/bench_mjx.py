@@ -3,7 +3,9 @@
 * ``overhead_over_physics`` = (MJX step + fingertip taxels) / MJX step - 1, for the Shadow Hand
   of the mujoco-mjx wheel with a taxel grid on each of its five fingertips, ``--envs``
   environments (vmap), ``--steps`` steps per rollout, both jitted, timed in alternating rounds
-  (median of ``--rounds``); meshes as convex hulls (``--mesh exact`` for triangle meshes).
+  (median of ``--rounds``). The fingertips sense the ball and the floor, or with
+  ``--include-hand`` every other hand link too, whose collision meshes are convex hulls
+  (``--mesh exact``: triangle meshes).
 * ``grad_fd_rel_err``: the float64 gradient of a summed taxel reading with respect to a ball's
   initial height and mass, through ``mjx.step`` (pad-and-ball model, ``iterations="1"``),
   against central finite differences: the largest relative error.
@@ -31,18 +33,27 @@ def _time(f, *args):
     return time.perf_counter() - t
 
 
-def overhead(envs: int, steps: int, rounds: int, taxels: int, mesh: str) -> dict:
+def overhead(envs, steps, rounds, taxels, mesh, include_hand) -> dict:
     from mujoco import mjx
 
     from difftaxel.mjx import load_shadow_hand, rollout, scene_from_model
 
-    h = load_shadow_hand(taxels, taxels)
+    h = load_shadow_hand(taxels, taxels, include_hand=include_hand)
     scenes = h.scenes
     if mesh == "exact":
         scenes = tuple(
-            scene_from_model(h.m, s.sensor_body, mesh="exact",
-                             exclude_bodies=[b for b in range(1, h.m.nbody)
-                                             if b not in (s.sensor_body, h.m.body("object").id)])
+            scene_from_model(
+                h.m,
+                s.sensor_body,
+                mesh="exact",
+                exclude_bodies=()
+                if include_hand
+                else [
+                    b
+                    for b in range(1, h.m.nbody)
+                    if b not in (s.sensor_body, h.m.body("object").id)
+                ],
+            )
             for s in h.scenes
         )
     mx = mjx.put_model(h.m)
@@ -73,6 +84,8 @@ def overhead(envs: int, steps: int, rounds: int, taxels: int, mesh: str) -> dict
         "steps": steps,
         "taxels_per_fingertip": taxels * taxels,
         "mesh": mesh,
+        "include_hand": include_hand,
+        "shapes_per_fingertip": len(scenes[0].bodies.shapes),
         "physics_s": mp,
         "physics_and_taxels_s": mt,
         "overhead_over_physics": mt / mp - 1.0,
@@ -100,15 +113,18 @@ def gradient_check(steps: int = 40) -> float:
 
     def loss(z0, mass):
         mm = mx.replace(body_mass=mx.body_mass.at[2].set(mass))
-        _, _, r = rollout(mm, d0.replace(qpos=d0.qpos.at[2].set(z0)), sensor, scene,
-                          jnp.zeros((steps, 0)), m=m)
+        _, _, r = rollout(
+            mm, d0.replace(qpos=d0.qpos.at[2].set(z0)), sensor, scene, jnp.zeros((steps, 0)), m=m
+        )
         return jnp.sum(r.ground_truth.force[..., 2]) * 1e-2
 
     g = jax.jit(jax.grad(loss, argnums=(0, 1)))(0.0158, 0.05)
     f = jax.jit(loss)
     h = 1e-6
-    fd = ((f(0.0158 + h, 0.05) - f(0.0158 - h, 0.05)) / (2 * h),
-          (f(0.0158, 0.05 + h) - f(0.0158, 0.05 - h)) / (2 * h))
+    fd = (
+        (f(0.0158 + h, 0.05) - f(0.0158 - h, 0.05)) / (2 * h),
+        (f(0.0158, 0.05 + h) - f(0.0158, 0.05 - h)) / (2 * h),
+    )
     return max(abs(float(a) - float(b)) / abs(float(b)) for a, b in zip(g, fd))
 
 
@@ -119,15 +135,26 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--taxels", type=int, default=4, help="grid side per fingertip (4: 4x4)")
     ap.add_argument("--mesh", choices=("hull", "exact"), default="hull")
+    ap.add_argument(
+        "--include-hand",
+        action="store_true",
+        help="fingertips also sense every other hand link (meshes matter only then)",
+    )
     a = ap.parse_args()
-    out = overhead(a.envs, a.steps, a.rounds, a.taxels, a.mesh)
-    print(f"Shadow Hand, {a.envs} envs x {a.steps} steps: physics {out['physics_s']:.3f} s, "
-          f"with taxels {out['physics_and_taxels_s']:.3f} s, overhead "
-          f"{out['overhead_over_physics']:+.1%}")
+    out = overhead(a.envs, a.steps, a.rounds, a.taxels, a.mesh, a.include_hand)
+    print(
+        f"Shadow Hand, {a.envs} envs x {a.steps} steps: physics {out['physics_s']:.3f} s, "
+        f"with taxels {out['physics_and_taxels_s']:.3f} s, overhead "
+        f"{out['overhead_over_physics']:+.1%}"
+    )
     err = gradient_check()
     print(f"gradient through mjx.step vs finite differences: max relative error {err:.2e}")
-    out.update(grad_fd_rel_err=err, device=jax.devices()[0].device_kind,
-               machine=platform.processor() or platform.machine(), date=time.strftime("%Y-%m-%d"))
+    out.update(
+        grad_fd_rel_err=err,
+        device=jax.devices()[0].device_kind,
+        machine=platform.processor() or platform.machine(),
+        date=time.strftime("%Y-%m-%d"),
+    )
     print(json.dumps(out))
 
 

@@ -159,8 +159,10 @@ def fit(
     min_delta: float = 1e-4,
     progress: bool = False,
     se3_length_scale: float = 1.0,
+    data=None,
 ) -> FitResult:
-    """Minimise ``loss_fn(params, batch)`` (``batch`` is None without ``batches``).
+    """Minimise ``loss_fn(params, batch)`` (``batch`` is None without ``batches``), or
+    ``loss_fn(params, batch, data)`` when ``data`` is given.
 
     Args:
       loss_fn: scalar function of the (constrained) parameters and one minibatch.
@@ -176,6 +178,10 @@ def fit(
       se3_length_scale: metres per unit of the translational tangent coordinates of ``"se3"``
         parameters (Adam moves every coordinate by ~the learning rate per step, so this sets
         how far positions move relative to rotations, in rad).
+      data: any pytree of arrays the loss reads (recordings, environments). It and
+        ``batches`` reach the jitted step as **arguments**, never as closed-over constants: a
+        large array is not baked into the program, and arrays sharded over the devices of
+        several processes (``jax.distributed``, non-addressable) work unchanged.
     """
     t_start = time.perf_counter()
     leaves, treedef = jax.tree_util.tree_flatten(params)
@@ -207,8 +213,10 @@ def fit(
             treedef, [fwd[k](u, b) for k, u, b in zip(kinds, u_leaves, bases)]
         )
 
-    def objective(u_leaves, batch):
-        return loss_fn(constrained(u_leaves), batch)
+    def objective(u_leaves, batch, data):
+        if data is None:
+            return loss_fn(constrained(u_leaves), batch)
+        return loss_fn(constrained(u_leaves), batch, data)
 
     # strong (not weak) dtypes, so the chunk's inputs and outputs have identical types and the
     # jitted chunk compiles exactly once
@@ -217,14 +225,14 @@ def fit(
     opt_state = jax.tree_util.tree_map(strong, opt.init(unc))
     n_batches = None if batches is None else jax.tree_util.tree_leaves(batches)[0].shape[0]
 
-    def one_step(carry, xs):
+    def one_step(carry, xs, all_batches, data):
         k, active = xs
         u, s = carry
         batch = None
-        if batches is not None:
+        if all_batches is not None:
             i = jax.random.randint(k, (), 0, n_batches)
-            batch = jax.tree_util.tree_map(lambda b: b[i], batches)
-        loss, g = jax.value_and_grad(objective)(u, batch)
+            batch = jax.tree_util.tree_map(lambda b: b[i], all_batches)
+        loss, g = jax.value_and_grad(objective)(u, batch, data)
         g = [gi if t else jnp.zeros_like(gi) for gi, t in zip(g, trains)]
         upd, s_new = opt.update(g, s, u)
         upd = [ui if t else jnp.zeros_like(ui) for ui, t in zip(upd, trains)]
@@ -236,8 +244,9 @@ def fit(
         return (u, s), loss
 
     @jax.jit
-    def chunk(u, s, keys, active):
-        (u, s), losses = jax.lax.scan(one_step, (u, s), (keys, active))
+    def chunk(u, s, keys, active, all_batches, data):
+        body = lambda c, xs: one_step(c, xs, all_batches, data)  # noqa: E731
+        (u, s), losses = jax.lax.scan(body, (u, s), (keys, active))
         return u, s, losses
 
     losses, history = [], []
@@ -250,7 +259,7 @@ def fit(
         ckey, sub = jax.random.split(ckey)
         keys = jax.random.split(sub, log_every)
         active = jnp.arange(log_every) < n
-        unc, opt_state, ls = chunk(unc, opt_state, keys, active)
+        unc, opt_state, ls = chunk(unc, opt_state, keys, active, batches, data)
         losses += np.asarray(ls)[:n].tolist()
         done += n
         history.append((done, jax.tree_util.tree_map(np.asarray, constrained(unc))))

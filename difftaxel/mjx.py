@@ -134,7 +134,8 @@ def _shape_of(m, g, body, mesh="hull", pose=None):
         v, mid = _mesh_vertices(m, g)
         if mesh == "hull":
             return ConvexHull.from_points(v, **kw)
-        return TriangleMesh(vertices=v, faces=_mesh_faces(m, mid), **kw)
+        # MuJoCo's meshes need not be watertight: the winding sign is then approximate
+        return TriangleMesh.from_arrays(v, _mesh_faces(m, mid), require_watertight=False, **kw)
     return None
 
 
@@ -594,12 +595,16 @@ def fit_taxel_forces(sensor, scene, m, traj, F_pad, frames: dict, steps: int = 3
     k0 = float(jnp.mean(jnp.asarray(sensor.normal_stiffness)))
     c0 = max(float(jnp.mean(jnp.asarray(sensor.shear_scalar))), 1e-3)
     before = _force_errors(summed(k0, c0), F_ref, frames)
-    r = fit(loss, {"k": jnp.asarray(k0), "c": jnp.asarray(c0)}, steps=steps,
-            learning_rate=0.05, transforms={"k": "log", "c": "log"})
+    r = fit(
+        loss,
+        {"k": jnp.asarray(k0), "c": jnp.asarray(c0)},
+        steps=steps,
+        learning_rate=0.05,
+        transforms={"k": "log", "c": "log"},
+    )
     k, c = float(r.params["k"]), float(r.params["c"])
     after = _force_errors(summed(k, c), F_ref, frames)
     return ForceMatch(sensor.replace(normal_stiffness=k, shear_scalar=c), k, c, before, after)
 
 
-__all__ += ["trajectory", "contact_force_on", "taxel_forces_over", "ForceMatch",
-            "fit_taxel_forces"]
+__all__ += ["trajectory", "contact_force_on", "taxel_forces_over", "ForceMatch", "fit_taxel_forces"]

@@ -328,3 +328,32 @@ def test_query_in_frame_gradients_match_fd():
         return jnp.sum(w * jnp.stack([sd, *n]))
 
     check_grad_fd(loss, {"poses": poses, "T": T_wf, "pts": pts}, n_directions=6)
+
+
+def test_convex_hull_of_a_box_matches_the_box_inside_and_on_faces():
+    from difftaxel.geometry import Box, ConvexHull
+
+    h = np.array([0.01, 0.02, 0.03])
+    corners = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)]) * h
+    hull = ConvexHull.from_points(corners)
+    assert hull.normals.shape == (6, 3)
+    box = Box(size=2 * h)
+    rng = np.random.default_rng(0)
+    inside = rng.uniform(-1, 1, (200, 3)) * h
+    face = np.array([[0.0, 0.0, 0.03], [0.01, 0.001, 0.0], [0.2, 0.0, 0.0]])  # + one far out
+    for p in (inside, face[:2]):
+        sd_h, n_h = hull.sdf_local(jnp.asarray(p))
+        sd_b, n_b = box.sdf_local(jnp.asarray(p))
+        np.testing.assert_allclose(sd_h, sd_b, atol=1e-12)
+        np.testing.assert_allclose(n_h, n_b, atol=1e-12)
+    # in front of a face, the distance is exact
+    sd_far, _ = hull.sdf_local(jnp.asarray(face[2:]))
+    assert float(sd_far[0]) == pytest.approx(0.19)
+    lo, hi = hull.aabb_local()
+    np.testing.assert_allclose(hi, h)
+    g = jax.grad(lambda x: hull.sdf_local(x)[0])(jnp.array([0.001, 0.002, 0.025]))
+    np.testing.assert_allclose(g, [0, 0, 1.0])
+    with pytest.raises(ValueError, match="flat|no 3-d"):
+        ConvexHull.from_points(np.c_[rng.uniform(size=(6, 2)), np.zeros(6)])
+    with pytest.raises(ValueError, match="points: expected"):
+        ConvexHull.from_points(np.zeros((3, 3)))

@@ -93,6 +93,12 @@ def test_mjx_scene_mapping_sizes_exclusions_and_unmapped():
     p_body = jnp.asarray([[0.02, 0.3, 0], [0.005, 0.305, 0.005]])
     sd, _ = hull.sdf_local(P.inverse_apply(hull.T_body_shape, p_body))
     assert abs(float(sd[0])) < 1e-8 and float(sd[1]) < 0
+    exact = scene_from_model(m, "link", mesh="exact").bodies.shapes[-1]
+    from difftaxel.geometry import TriangleMesh
+
+    assert isinstance(exact, TriangleMesh)
+    sd_exact, _ = exact.sdf_local(P.inverse_apply(exact.T_body_shape, p_body))
+    np.testing.assert_allclose(sd_exact, sd, atol=1e-6)  # inside and on a vertex they agree
     with pytest.raises(ValueError, match="sensor_body: no body named 'nope'"):
         scene_from_model(m, "nope")
 
@@ -217,3 +223,48 @@ def test_mjx_shadow_hand_fingertip_taxels():
         mjx.make_data(mx)
     )
     assert len(r) == 5 and r[0].ground_truth.force.shape == (3, 3, 3, 3)
+
+
+PRESS_SLIDE = """
+<mujoco>
+  <option timestep="0.002" iterations="1" ls_iterations="4" gravity="0 0 0"/>
+  <worldbody>
+    <body name="pad"><geom name="pad" type="box" size="0.03 0.03 0.005"/></body>
+    <body name="probe" pos="0 0 0.016">
+      <joint name="x" type="slide" axis="1 0 0"/><joint name="z" type="slide" axis="0 0 1"/>
+      <geom name="probe" type="sphere" size="0.01" mass="0.05" friction="0.5"/>
+    </body>
+  </worldbody>
+  <actuator><position joint="x" kp="50" kv="2"/><position joint="z" kp="50" kv="2"/></actuator>
+</mujoco>
+"""
+
+
+@pytest.mark.slow
+def test_mjx_taxel_stiffness_fitted_to_mjx_contact_forces():
+    """A sphere pressed into a pad, held, then slid: the summed taxel force is fitted to
+    MJX's contact force (calibrate.fit); the error at rest falls."""
+    from difftaxel.mjx import contact_force_on, fit_taxel_forces, trajectory
+
+    m = mujoco.MjModel.from_xml_string(PRESS_SLIDE)
+    scene = scene_from_model(m, "pad")
+    pos, _ = grid_on_geom(m, "pad", 15, 15, extent=1.0)
+    sensor = KinematicTaxel(probe_local_pos=pos, probe_radius=1e-4)
+    mx = mjx.put_model(m)
+    T1, T2 = 200, 200
+    u = np.zeros((T1 + T2, 2))
+    u[:, 1] = -0.004
+    u[T1:, 0] = np.linspace(0, 0.02, T2)
+    traj = jax.jit(lambda d: trajectory(mx, d, jnp.asarray(u)))(mjx.make_data(mx))
+    F = contact_force_on(m, traj, "probe")
+    assert float(F[T1 - 1, 2]) > 0.1  # the pad pushes the probe up
+    rest = np.zeros(T1 + T2, bool)
+    rest[T1 - 50 : T1] = True
+    slide = np.zeros(T1 + T2, bool)
+    slide[T1 + 50 :] = True
+    fm = fit_taxel_forces(sensor, scene, m, traj, -F, {"rest": rest, "sliding": slide})
+    assert fm.error_after["rest"]["normal"] < 0.5 * fm.error_before["rest"]["normal"]
+    assert fm.error_after["rest"]["normal"] < 0.25
+    assert set(fm.error_after) == {"rest", "sliding"}
+    with pytest.raises(ValueError, match="no joint"):
+        contact_force_on(m, traj, "pad")

@@ -14,8 +14,17 @@ from difftaxel.cli import main
 NB = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in NB.glob("*.ipynb")))
+def _notebooks():
+    for p in sorted(NB.glob("*.ipynb")):
+        # the MJX notebook needs the optional extra and compiles a whole hand: a slow case
+        marks = [pytest.mark.slow] if "mjx" in p.name else []
+        yield pytest.param(p.name, marks=marks, id=p.name)
+
+
+@pytest.mark.parametrize("name", list(_notebooks()))
 def test_notebook_runs(name, monkeypatch):
+    if "mjx" in name:
+        pytest.importorskip("mujoco.mjx", reason="the [mjx] extra is not installed")
     book = json.loads((NB / name).read_text())
     for c in book["cells"]:
         if c["cell_type"] == "code":
@@ -27,9 +36,9 @@ def test_notebook_runs(name, monkeypatch):
             exec(compile("".join(c["source"]), f"{name}[{i}]", "exec"), ns)  # noqa: S102
 
 
-def test_three_notebooks_exist():
+def test_four_notebooks_exist():
     names = sorted(p.name for p in NB.glob("*.ipynb"))
-    assert len(names) == 3
+    assert len(names) == 4
 
 
 def test_cli_demo_quick_prints_table(tmp_path, capsys):
