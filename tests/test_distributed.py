@@ -66,7 +66,7 @@ def test_distributed_two_processes_match_one(tmp_path):
         for i in range(2)
     ]
     logs = [p.communicate(timeout=240) for p in procs]
-    for p, (o, e) in zip(procs, logs):
+    for p, (_, e) in zip(procs, logs):
         if p.returncode != 0 and "gloo" in e.lower() and "not" in e.lower():
             pytest.skip(f"this jaxlib has no CPU collectives: {e.splitlines()[-1]}")
         assert p.returncode == 0, e[-2000:]
