@@ -93,29 +93,19 @@ def overhead(envs, steps, rounds, taxels, mesh, include_hand) -> dict:
 
 
 def gradient_check(steps: int = 40) -> float:
-    import mujoco
     from mujoco import mjx
 
-    from difftaxel.mjx import grid_on_geom, rollout, scene_from_model
-    from difftaxel.sensors import KinematicTaxel
+    from difftaxel.mjx import pad_and_ball, rollout
 
     jax.config.update("jax_enable_x64", True)
-    xml = """<mujoco><option timestep="0.002" iterations="1" ls_iterations="4"/><worldbody>
-      <body name="pad"><geom name="pad" type="box" size="0.02 0.02 0.005"/></body>
-      <body name="ball" pos="0.003 0.002 0.0158"><freejoint/>
-        <geom type="sphere" size="0.01" mass="0.05"/></body></worldbody></mujoco>"""
-    m = mujoco.MjModel.from_xml_string(xml)
-    scene = scene_from_model(m, "pad")
-    pos, _ = grid_on_geom(m, "pad", 4, 4, extent=0.6)
-    sensor = KinematicTaxel(probe_local_pos=pos, probe_radius=5e-4)
+    m, sensor, scene = pad_and_ball()
     mx = mjx.put_model(m)
     d0 = mjx.make_data(mx)
 
     def loss(z0, mass):
         mm = mx.replace(body_mass=mx.body_mass.at[2].set(mass))
-        _, _, r = rollout(
-            mm, d0.replace(qpos=d0.qpos.at[2].set(z0)), sensor, scene, jnp.zeros((steps, 0)), m=m
-        )
+        d = d0.replace(qpos=d0.qpos.at[2].set(z0))
+        _, _, r = rollout(mm, d, sensor, scene, jnp.zeros((steps, 0)), m=m)
         return jnp.sum(r.ground_truth.force[..., 2]) * 1e-2
 
     g = jax.jit(jax.grad(loss, argnums=(0, 1)))(0.0158, 0.05)

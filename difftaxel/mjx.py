@@ -15,7 +15,8 @@ Optional: ``pip install -e ".[mjx]"`` (``mujoco``, ``mujoco-mjx``); the core nev
   ``subtree_com[rootid]``; the origin's velocity is ``v_com + w x (x_body - subtree_com)``
   (checked against ``mj_objectVelocity``, which answers at the centre of mass ``xipos``). An optional contact mask gates the
   bodies touching the sensor in ``d.contact`` (Genesis-style gating).
-* :func:`grid_on_geom` and :func:`project_to_surface` place taxels on a geom's surface.
+* :func:`grid_on_geom`, :func:`pattern_on_geom` (a DEX-01 pattern) and
+  :func:`project_to_surface` place taxels on a geom's surface.
 * :func:`rollout` scans ``mjx.step`` and a sensor together; ``jax.vmap`` it over environments.
   **Gradients** through MJX need ``<option iterations="1"/>``: MJX's solver is a
   ``lax.while_loop`` that reverse mode cannot differentiate otherwise; ``rollout`` refuses a
@@ -51,6 +52,7 @@ __all__ = [
     "sensor_inputs",
     "contact_mask",
     "grid_on_geom",
+    "pattern_on_geom",
     "project_to_surface",
     "mujoco_quat_to_matrix",
     "check_differentiable",
@@ -255,6 +257,46 @@ def _timestep(m):
 # ----------------------------------------------------------------------------- taxels on geoms
 
 
+def _geom_index(m, geom) -> int:
+    g = (
+        geom
+        if isinstance(geom, (int, np.integer))
+        else mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, str(geom))
+    )
+    if not 0 <= g < m.ngeom:
+        raise ValueError(f"geom: no geom {geom!r} in the model")
+    return int(g)
+
+
+def _face_axes(face):
+    if face not in ("+x", "-x", "+y", "-y", "+z", "-z"):
+        raise ValueError(f"face: expected one of +x -x +y -y +z -z, got {face!r}")
+    a = "xyz".index(face[1])
+    u, v = [k for k in range(3) if k != a]
+    return a, u, v
+
+
+def _geom_shape(m, g):
+    shape = _shape_of(m, g, 0, "hull", pose=np.array([0.0, 0, 0, 0, 0, 0, 1]))
+    if shape is None or isinstance(shape, Plane):
+        raise ValueError(f"geom: {g} ({_GT(int(m.geom_type[g])).name}) has no finite surface")
+    return shape
+
+
+def _place(m, g, shape, face, uv):
+    """Points ``uv [..., 2]`` (geom frame, on ``face``'s two axes) projected onto the geom's
+    surface from outside on ``face``'s side; body-frame positions and normals."""
+    a, u, v = _face_axes(face)
+    lo, hi = (np.asarray(x, float) for x in shape.aabb_local())
+    p = np.zeros(uv.shape[:-1] + (3,))
+    p[..., u], p[..., v] = uv[..., 0], uv[..., 1]
+    p[..., a] = (hi[a] + 0.01) if face[0] == "+" else (lo[a] - 0.01)
+    with jax.ensure_compile_time_eval():
+        q, n = project_to_surface(shape, jnp.asarray(p), iterations=4)
+    R = mujoco_quat_to_matrix(m.geom_quat[g])
+    return np.asarray(q) @ R.T + np.asarray(m.geom_pos[g]), np.asarray(n) @ R.T
+
+
 def grid_on_geom(m, geom, nx: int, ny: int, face: str = "+z", extent: float = 0.7):
     """Taxels on a geom's surface: positions ``[ny, nx, 3]`` and outward normals ``[ny, nx,
     3]`` in the geom's **body** frame (m).
@@ -266,37 +308,37 @@ def grid_on_geom(m, geom, nx: int, ny: int, face: str = "+z", extent: float = 0.
     like :func:`~difftaxel.layout.generate_grid_points_on_plane`: ``[j, i]`` is column ``i``
     of row ``j``.
     """
-    g = (
-        geom
-        if isinstance(geom, (int, np.integer))
-        else mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, str(geom))
-    )
-    if not 0 <= g < m.ngeom:
-        raise ValueError(f"geom: no geom {geom!r} in the model")
-    if face not in ("+x", "-x", "+y", "-y", "+z", "-z"):
-        raise ValueError(f"face: expected one of +x -x +y -y +z -z, got {face!r}")
-    for name, v in (("nx", nx), ("ny", ny)):
-        if not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name}: expected an int >= 1, got {v!r}")
+    g = _geom_index(m, geom)
+    _, u, v = _face_axes(face)
+    for name, k in (("nx", nx), ("ny", ny)):
+        if not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"{name}: expected an int >= 1, got {k!r}")
     if not 0 < extent <= 1:
         raise ValueError(f"extent: expected a fraction in (0, 1], got {extent}")
-    shape = _shape_of(m, g, 0, "hull", pose=np.array([0.0, 0, 0, 0, 0, 0, 1]))
-    if shape is None or isinstance(shape, Plane):
-        raise ValueError(f"geom: {geom!r} ({_GT(int(m.geom_type[g])).name}) has no finite surface")
-    lo, hi = (np.asarray(a, float) for a in shape.aabb_local())
-    a = "xyz".index(face[1])
-    u, v = [k for k in range(3) if k != a]
+    shape = _geom_shape(m, g)
+    lo, hi = (np.asarray(x, float) for x in shape.aabb_local())
     c, h = 0.5 * (lo + hi), 0.5 * (hi - lo) * extent
     su = np.linspace(c[u] - h[u], c[u] + h[u], nx) if nx > 1 else c[u : u + 1]
     sv = np.linspace(c[v] - h[v], c[v] + h[v], ny) if ny > 1 else c[v : v + 1]
     V, U = np.meshgrid(sv, su, indexing="ij")
-    p = np.zeros((ny, nx, 3))
-    p[..., u], p[..., v] = U, V
-    p[..., a] = (hi[a] + 0.01) if face[0] == "+" else (lo[a] - 0.01)
-    with jax.ensure_compile_time_eval():
-        q, n = project_to_surface(shape, jnp.asarray(p), iterations=4)
-    R = mujoco_quat_to_matrix(m.geom_quat[g])
-    return np.asarray(q) @ R.T + np.asarray(m.geom_pos[g]), np.asarray(n) @ R.T
+    return _place(m, g, shape, face, np.stack([U, V], -1))
+
+
+def pattern_on_geom(m, geom, pattern, face: str = "+z"):
+    """A DEX-01 pattern (:class:`~difftaxel.patterns.TaxelPattern`) laid on a geom's face:
+    the pattern's x, y positions (sensor plane, m) become the face's two axes (in order
+    x, y, z skipping the face's own), centred on the geom's box, and are projected onto the
+    surface. Returns body-frame positions and outward normals ``[N, 3]`` in pattern order."""
+    g = _geom_index(m, geom)
+    _, u, v = _face_axes(face)
+    P = np.asarray(pattern.poses, float)
+    if P.ndim != 3 or P.shape[1:] != (3, 4):
+        raise ValueError(f"pattern: expected poses [N, 3, 4], got {P.shape}")
+    shape = _geom_shape(m, g)
+    lo, hi = (np.asarray(x, float) for x in shape.aabb_local())
+    c = 0.5 * (lo + hi)
+    uv = P[:, :2, 3] + np.array([c[u], c[v]])
+    return _place(m, g, shape, face, uv)
 
 
 def mujoco_quat_to_matrix(q_wxyz) -> np.ndarray:
@@ -308,12 +350,18 @@ def mujoco_quat_to_matrix(q_wxyz) -> np.ndarray:
 
 def project_to_surface(shape, points, iterations: int = 3):
     """Points ``[..., 3]`` (shape frame, m) moved onto ``shape``'s surface along its SDF
-    normal (a few Newton steps ``p - sd n``); returns ``(points, outward normals)``."""
+    normal (a few Newton steps ``p - sd n``, ``iterations >= 1``); returns ``(points,
+    outward normals)``."""
+    if int(iterations) < 1:
+        raise ValueError(f"iterations: expected >= 1, got {iterations}")
     p = jnp.asarray(points)
+    n = None
     for _ in range(int(iterations)):  # a fixed, tiny number of Newton steps
         sd, n = shape.sdf_local(p)
         p = p - sd[..., None] * n
-    return p, shape.sdf_local(p)[1]
+    # the normal 1 um inside: exactly on the surface a shape's gradient can be ill-defined
+    # (a box's outside branch at zero distance)
+    return p, shape.sdf_local(p - 1e-6 * n)[1]
 
 
 # ----------------------------------------------------------------------------- rollouts
@@ -413,6 +461,30 @@ def rollout(
 
 # ----------------------------------------------------------------------------- the test model
 
+PAD_AND_BALL = """<mujoco model="difftaxel pad and ball">
+  <option timestep="0.002" iterations="1" ls_iterations="4"/>
+  <worldbody>
+    <body name="pad"><geom name="pad" type="box" size="0.02 0.02 0.005"/></body>
+    <body name="ball" pos="0.003 0.002 0.0158">
+      <freejoint/><geom name="ball" type="sphere" size="0.01" mass="0.05"/>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def pad_and_ball(nx: int = 4, ny: int = 4, extent: float = 0.6, **sensor_options):
+    """The small built-in model for fast tests: a fixed 4 x 4 cm pad and a free 1 cm ball
+    resting 0.8 mm into it (``iterations="1"``: differentiable). Returns ``(m, sensor,
+    scene)``: a KinematicTaxel grid on the pad's top face (default probe radius 0.5 mm)."""
+    from .sensors import KinematicTaxel
+
+    m = mujoco.MjModel.from_xml_string(PAD_AND_BALL)
+    pos, _ = grid_on_geom(m, "pad", nx, ny, extent=extent)
+    sensor = KinematicTaxel(probe_local_pos=pos, **{"probe_radius": 5e-4, **sensor_options})
+    return m, sensor, scene_from_model(m, "pad")
+
+
 FINGERTIPS = ("rh_ffdistal", "rh_mfdistal", "rh_rfdistal", "rh_lfdistal", "rh_thdistal")
 
 
@@ -476,7 +548,14 @@ def load_shadow_hand(nx: int = 4, ny: int = 4, include_hand: bool = False, **sen
     return ShadowHand(m, FINGERTIPS, tuple(sensors), tuple(scenes))
 
 
-__all__ += ["ShadowHand", "shadow_hand_path", "load_shadow_hand", "FINGERTIPS"]
+__all__ += [
+    "ShadowHand",
+    "shadow_hand_path",
+    "load_shadow_hand",
+    "FINGERTIPS",
+    "PAD_AND_BALL",
+    "pad_and_ball",
+]
 
 
 # ----------------------------------------------------------------------------- forces

@@ -34,27 +34,32 @@ def _mjx_allows_rank_promotion():
         yield
 
 
-PAD_BALL = """
-<mujoco>
-  <option timestep="0.002" iterations="{it}" ls_iterations="4"/>
-  <worldbody>
-    <body name="pad"><geom name="pad" type="box" size="0.02 0.02 0.005"/></body>
-    <body name="ball" pos="0.003 0.002 0.0158">
-      <freejoint/><geom name="ball" type="sphere" size="0.01" mass="0.05"/>
-    </body>
-  </worldbody>
-</mujoco>
-"""
-
-
 @pytest.fixture(scope="module")
 def pad_ball():
-    m = mujoco.MjModel.from_xml_string(PAD_BALL.format(it=1))
-    scene = scene_from_model(m, "pad")
-    pos, _ = grid_on_geom(m, "pad", 4, 4, extent=0.6)
-    sensor = KinematicTaxel(probe_local_pos=pos, probe_radius=5e-4)
-    mx = mjx.put_model(m)
-    return m, mx, scene, sensor
+    from difftaxel.mjx import pad_and_ball
+
+    m, sensor, scene = pad_and_ball()
+    return m, mjx.put_model(m), scene, sensor
+
+
+def test_mjx_taxels_placed_on_geoms_grid_and_dex01_pattern(pad_ball):
+    from difftaxel.mjx import pattern_on_geom
+    from difftaxel.patterns import grid_pattern
+
+    m = pad_ball[0]
+    pos, nrm = grid_on_geom(m, "pad", 3, 2, extent=0.5)
+    assert pos.shape == (2, 3, 3)
+    np.testing.assert_allclose(pos[..., 2], 0.005, atol=1e-12)  # the pad's top face
+    np.testing.assert_allclose(pos[0, :, 0], [-0.01, 0.0, 0.01], atol=1e-12)
+    np.testing.assert_allclose(nrm, np.broadcast_to([0, 0, 1.0], nrm.shape), atol=1e-12)
+    pat = grid_pattern((2, 3), 0.004)
+    p2, _ = pattern_on_geom(m, "pad", pat, face="-z")
+    np.testing.assert_allclose(p2[:, 2], -0.005, atol=1e-12)  # the bottom face
+    np.testing.assert_allclose(p2[:, :2], pat.poses[:, :2, 3], atol=1e-12)
+    with pytest.raises(ValueError, match="face: expected"):
+        grid_on_geom(m, "pad", 2, 2, face="top")
+    with pytest.raises(ValueError, match="geom: no geom 'nope'"):
+        grid_on_geom(m, "nope", 2, 2)
 
 
 def test_mjx_scene_mapping_sizes_exclusions_and_unmapped():
@@ -187,7 +192,9 @@ def test_mjx_gradient_through_physics_matches_finite_differences(pad_ball):
 
 def test_mjx_more_solver_iterations_is_a_clear_error(pad_ball):
     _, _, scene, sensor = pad_ball
-    m4 = mujoco.MjModel.from_xml_string(PAD_BALL.format(it=4))
+    from difftaxel.mjx import PAD_AND_BALL
+
+    m4 = mujoco.MjModel.from_xml_string(PAD_AND_BALL.replace('iterations="1"', 'iterations="4"'))
     mx4 = mjx.put_model(m4)
     with pytest.raises(ValueError, match=r'm.opt.iterations: 4; .*iterations="1"'):
         rollout(mx4, mjx.make_data(mx4), sensor, scene, jnp.zeros((2, 0)), m=m4)
@@ -268,3 +275,28 @@ def test_mjx_taxel_stiffness_fitted_to_mjx_contact_forces():
     assert set(fm.error_after) == {"rest", "sliding"}
     with pytest.raises(ValueError, match="no joint"):
         contact_force_on(m, traj, "pad")
+
+
+@pytest.mark.slow
+def test_mjx_gradient_with_respect_to_controls():
+    """d(summed taxel reading)/d(offset of the press target), through the actuators and the
+    physics, against central finite differences (float64)."""
+    m = mujoco.MjModel.from_xml_string(PRESS_SLIDE)
+    scene = scene_from_model(m, "pad")
+    pos, _ = grid_on_geom(m, "pad", 5, 5, extent=0.5)
+    sensor = KinematicTaxel(probe_local_pos=pos, probe_radius=1e-4)
+    mx = mjx.put_model(m)
+    d0 = mjx.make_data(mx)
+    base = np.zeros((60, 2))
+    base[:, 1] = -0.004
+
+    def loss(dz):
+        u = jnp.asarray(base).at[:, 1].add(dz)
+        _, _, r = rollout(mx, d0, sensor, scene, u, m=m)
+        return jnp.sum(r.ground_truth.force[..., 2])
+
+    g = float(jax.jit(jax.grad(loss))(0.0))
+    f = jax.jit(loss)
+    h = 1e-6
+    fd = float((f(h) - f(-h)) / (2 * h))
+    assert g != 0 and abs(g - fd) <= 1e-3 * abs(fd), (g, fd)
