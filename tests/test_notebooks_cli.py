@@ -62,22 +62,8 @@ def test_cli_demo_quick_prints_table(tmp_path, capsys):
         worse = abs(v["recovered"] - v["true"]) > abs(v["initial"] - v["true"])
         assert worse == (k in res["not_converged"]), k
     assert res["median_position_error_m"]["recovered"] < res["median_position_error_m"]["initial"]
-    # the demo's own recording is a valid input of `difftaxel calibrate` (installed command)
-    import shutil
-    import subprocess
-    import sys
-
-    exe = shutil.which("difftaxel")
-    cmd = [exe] if exe else [sys.executable, "-m", "difftaxel.cli"]
-    out = tmp_path / "cal.json"
-    r = subprocess.run(
-        [*cmd, "calibrate", str(tmp_path / "session.npz"), "--steps", "3", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr
-    assert "taxels identified" in r.stdout and "held-out frames" in r.stdout and out.exists()
+    # the demo's session.npz through `difftaxel calibrate` is run by .ci/run (installed command)
+    assert (tmp_path / "session.npz").exists()
 
 
 def test_demo_plots_written_atomically(tmp_path):
@@ -219,6 +205,7 @@ def test_cli_identify_and_calibrate(tmp_path, capsys):
     )
     out = tmp_path / "cal.json"
     assert main(["calibrate", str(tmp_path / "rec.npz"), "--steps", "5", "--out", str(out)]) == 0
-    assert out.exists() and "calibrated metadata" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert out.exists() and "calibrated metadata" in printed and "taxels identified" in printed
     assert os.path.getsize(out) > 100
     assert jnp is not None
