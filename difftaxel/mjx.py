@@ -224,7 +224,8 @@ def contact_mask(scene: MjxScene, d) -> Array:
     """``[B]`` bool: the difftaxel body is in contact with the sensor body in ``d.contact``
     (MJX's contact list: a pair with ``dist < 0`` between a sensor geom and one of the body's
     geoms)."""
-    con = d._impl.contact
+    impl = getattr(d, "_impl", None)  # MJX 3.17 keeps the contact list there
+    con = impl.contact if impl is not None and hasattr(impl, "contact") else d.contact
     g1, g2, hit = con.geom1, con.geom2, con.dist < 0
     sens = jnp.asarray(scene.sensor_geoms)
     on1 = jnp.any(g1[:, None] == sens[None], -1)
