@@ -15,8 +15,8 @@ Optional: ``pip install -e ".[mjx]"`` (``mujoco``, ``mujoco-mjx``); the core nev
   ``subtree_com[rootid]``; the origin's velocity is ``v_com + w x (x_body - subtree_com)``
   (checked against ``mj_objectVelocity``, which answers at the centre of mass ``xipos``). An optional contact mask gates the
   bodies touching the sensor in ``d.contact`` (Genesis-style gating).
-* :func:`grid_on_geom`, :func:`pattern_on_geom` (a DEX-01 pattern) and
-  :func:`project_to_surface` place taxels on a geom's surface.
+* :func:`grid_on_geom`, :func:`pattern_on_geom` (a DEX-01 pattern), :func:`layout_on_geom`
+  (a measured fingertip layout) and :func:`project_to_surface` place taxels on a geom.
 * :func:`rollout` scans ``mjx.step`` and a sensor together; ``jax.vmap`` it over environments.
   **Gradients** through MJX need ``<option iterations="1"/>``: MJX's solver is a
   ``lax.while_loop`` that reverse mode cannot differentiate otherwise; ``rollout`` refuses a
@@ -53,6 +53,7 @@ __all__ = [
     "contact_mask",
     "grid_on_geom",
     "pattern_on_geom",
+    "layout_on_geom",
     "project_to_surface",
     "mujoco_quat_to_matrix",
     "check_differentiable",
@@ -340,6 +341,36 @@ def pattern_on_geom(m, geom, pattern, face: str = "+z"):
     c = 0.5 * (lo + hi)
     uv = P[:, :2, 3] + np.array([c[u], c[v]])
     return _place(m, g, shape, face, uv)
+
+
+def layout_on_geom(m, geom, positions, normals, T_geom_layout=None, standoff: float = 0.01):
+    """A measured taxel layout (a real fingertip's positions ``[N, 3]`` m and outward
+    ``normals [N, 3]``, in its own frame) placed on a geom: each taxel is moved into the geom
+    frame by ``T_geom_layout [7]`` (x y z qx qy qz qw; default identity), pushed ``standoff``
+    m out along its normal and projected back onto the geom's surface (meshes through their
+    convex hull). Returns body-frame positions and the surface's outward normals ``[N, 3]``.
+
+    The layout keeps its arrangement; the surface decides where each taxel lands, so a layout
+    designed for another fingertip lands on the nearest point of this one.
+    """
+    from . import pose as _pose
+
+    g = _geom_index(m, geom)
+    p = np.asarray(positions, float)
+    n = np.asarray(normals, float)
+    if p.ndim != 2 or p.shape[1] != 3 or n.shape != p.shape:
+        raise ValueError(f"positions, normals: expected matching [N, 3], got {p.shape}, {n.shape}")
+    nn = np.linalg.norm(n, axis=1, keepdims=True)
+    if not np.all(np.isfinite(p)) or not np.all(nn > 1e-12):
+        raise ValueError("normals: every row must be a finite non-zero vector")
+    T = np.array([0.0, 0, 0, 0, 0, 0, 1]) if T_geom_layout is None else np.asarray(T_geom_layout)
+    shape = _geom_shape(m, g)
+    with jax.ensure_compile_time_eval():
+        q = _pose.apply(jnp.asarray(T), jnp.asarray(p))
+        d = _pose.rotate(jnp.asarray(T), jnp.asarray(n / nn))
+        x, nrm = project_to_surface(shape, q + standoff * d, iterations=4)
+    R = mujoco_quat_to_matrix(m.geom_quat[g])
+    return np.asarray(x) @ R.T + np.asarray(m.geom_pos[g]), np.asarray(nrm) @ R.T
 
 
 def mujoco_quat_to_matrix(q_wxyz) -> np.ndarray:

@@ -317,3 +317,44 @@ def test_mjx_rollouts_sharded_over_devices_equal_one_device():
     )
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert "MJX_SHARDED_OK devices=4" in out.stdout, out.stdout
+
+
+def test_mjx_measured_fingertip_layout_on_a_geom(pad_ball, shared_dir):
+    """A flat layout lands on the pad's top face unchanged in x, y; the real iCub FTx2
+    fingertip layout (12 taxels, ../shared/data) lands on a Shadow Hand fingertip's hull."""
+    from difftaxel.mjx import layout_on_geom, shadow_hand_path
+
+    m = pad_ball[0]
+    flat = np.array([[0.001, 0.002, 0.0], [-0.004, 0.003, 0.0], [0.0, -0.006, 0.0]])
+    up = np.tile([0.0, 0.0, 1.0], (3, 1))
+    pos, nrm = layout_on_geom(m, "pad", flat + [0, 0, 0.004], up)
+    np.testing.assert_allclose(pos[:, :2], flat[:, :2], atol=1e-12)
+    np.testing.assert_allclose(pos[:, 2], 0.005, atol=1e-12)
+    np.testing.assert_allclose(nrm, up, atol=1e-12)
+    with pytest.raises(ValueError, match="normals"):
+        layout_on_geom(m, "pad", flat, np.zeros((3, 3)))
+
+    csv = shared_dir / "data" / "taxels" / "icub-ftx2-fingertip.csv"
+    if not csv.exists():
+        pytest.skip(f"{csv} absent")
+    t = np.genfromtxt(csv, delimiter=",", names=True)
+    p = np.stack([t["x_mm"], t["y_mm"], t["z_mm"]], 1) * 1e-3
+    n = np.stack([t["nx"], t["ny"], t["nz"]], 1)
+    hand = mujoco.MjModel.from_xml_path(shadow_hand_path())
+    b = hand.body("rh_ffdistal").id
+    g = next(
+        x
+        for x in range(hand.ngeom)
+        if hand.geom_bodyid[x] == b and (hand.geom_contype[x] or hand.geom_conaffinity[x])
+    )
+    # the iCub tip points along -x; lay it along the Shadow fingertip's long axis (+z)
+    T = np.array([0, 0, 0, 0, np.sin(-np.pi / 4), 0, np.cos(-np.pi / 4)])  # -90 deg about y
+    pos, nrm = layout_on_geom(hand, g, p - p.mean(0), n, T_geom_layout=T)
+    assert pos.shape == (12, 3) and np.allclose(np.linalg.norm(nrm, axis=1), 1.0)
+    scene = scene_from_model(hand, 0, include_world=False)
+    hull = scene.bodies.shapes[list(scene.geom_ids).index(g)]
+    from difftaxel import pose as P
+
+    sd, _ = hull.sdf_local(P.inverse_apply(hull.T_body_shape, jnp.asarray(pos)))
+    assert float(jnp.abs(sd).max()) < 1e-9
+    assert len({tuple(np.round(x, 6)) for x in pos}) >= 10  # the taxels stay apart
