@@ -351,24 +351,25 @@ def _positive(kind, name, strict=True):
     return parse
 
 
-def _holdout(text):
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 <= v < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1), got {text}")
-    return v
+def _fraction_in(low_open: bool):
+    """A parser of a fraction in (0, 1] (``low_open``) or in [0, 1)."""
+
+    def parse(text):
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        ok = 0.0 < v <= 1.0 if low_open else 0.0 <= v < 1.0
+        if not ok:
+            span = "(0, 1]" if low_open else "[0, 1)"
+            raise argparse.ArgumentTypeError(f"expected a fraction in {span}, got {text}")
+        return v
+
+    return parse
 
 
-def _fraction(text):
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 < v <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text}")
-    return v
+_fraction = _fraction_in(low_open=True)
+_holdout = _fraction_in(low_open=False)
 
 
 CALIBRATE_EXAMPLE = """

@@ -22,10 +22,8 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int) ->
     """``jax.distributed.initialize`` for this process (CPU collectives via gloo)."""
     if not 0 <= int(process_id) < int(num_processes):
         raise ValueError(f"process_id: expected 0..{num_processes - 1}, got {process_id}")
-    try:
+    if "jax_cpu_collectives_implementation" in jax.config.values:  # absent in some versions
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    except Exception:  # option absent in some jax versions: their default is used  # noqa: BLE001
-        pass
     jax.distributed.initialize(
         coordinator_address=coordinator_address,
         num_processes=int(num_processes),

@@ -35,3 +35,18 @@ def parity_kit(shared_dir):
     meta = json.loads((base / "parity_kit.json").read_text())
     data = dict(np.load(base / "parity_kit.npz"))
     return meta, data
+
+
+def run_with_cpu_devices(script: str, n: int):
+    """Run ``tests/<script>`` in a subprocess with ``n`` simulated CPU devices (the XLA flag
+    must precede JAX's import, hence the subprocess); returns the CompletedProcess."""
+    import subprocess
+    import sys
+
+    env = dict(
+        os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu"
+    )
+    code = pathlib.Path(__file__).with_name(script)
+    return subprocess.run(
+        [sys.executable, str(code)], capture_output=True, text=True, env=env, timeout=600
+    )

@@ -4,10 +4,6 @@ rollout == loop, gradients through time, sharding over 8 simulated devices, bad 
 from __future__ import annotations
 
 import importlib
-import os
-import pathlib
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -538,13 +534,9 @@ def test_same_key_same_readings_reset_redraws():
 
 def test_sharding_8_devices_matches_one():
     """Run in a subprocess with 8 simulated CPU devices (XLA flag must precede JAX import)."""
-    code = pathlib.Path(__file__).with_name("_shard_check.py")
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
-    )
-    out = subprocess.run(
-        [sys.executable, str(code)], capture_output=True, text=True, env=env, timeout=600
-    )
+    from .conftest import run_with_cpu_devices
+
+    out = run_with_cpu_devices("_shard_check.py", 8)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SHARDED_OK devices=8" in out.stdout, out.stdout
 

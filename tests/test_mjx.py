@@ -302,19 +302,10 @@ def test_mjx_gradient_with_respect_to_controls():
 
 @pytest.mark.slow
 def test_mjx_rollouts_sharded_over_devices_equal_one_device():
-    """A subprocess with 4 simulated CPU devices (the XLA flag must precede JAX's import)."""
-    import os
-    import pathlib
-    import subprocess
-    import sys
+    """A subprocess with 4 simulated CPU devices."""
+    from .conftest import run_with_cpu_devices
 
-    code = pathlib.Path(__file__).with_name("_mjx_shard_check.py")
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
-    )
-    out = subprocess.run(
-        [sys.executable, str(code)], capture_output=True, text=True, env=env, timeout=600
-    )
+    out = run_with_cpu_devices("_mjx_shard_check.py", 4)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert "MJX_SHARDED_OK devices=4" in out.stdout, out.stdout
 
