@@ -1,45 +1,9 @@
-"""Raw-reading model of a real glove or skin: per-taxel ADC counts -> newtons, fitted to real logs.
-
-The model, per taxel::
-
-    x_k = smooth_relu(s (c_{k+d} - c0), w) / c_ref           (counts; s = +1 or -1)
-    F_k = F_ref x_k^p                                          (static curve, N)
-    xi_k = a xi_{k-1} + (F_k - F_{k-1}),  a = exp(-dt / tau)   (one Maxwell element)
-    y_k = F_k + h xi_k                                         (predicted force, N)
-
-* ``s`` is the **sign** of the response: counts rise with force (+1, a piezoresistive divider
-  on the high side) or fall with it (-1). It is detected from the data (rank correlation) or
-  declared; a declaration the data contradicts is an error, and data with no monotone response
-  is an error, never a silently wrong fit.
-* ``c0`` is the **offset** (counts), one per log when several logs are fitted together (the
-  same element under different covers or re-seated: the curve is shared, the rest level is
-  not); ``F_ref > 0`` is the force ``c_ref`` counts past the offset (``c_ref`` = 1000 keeps
-  gain and exponent decorrelated); ``p > 0`` the exponent; ``w`` a fixed softness in counts.
-* ``d`` is an optional **channel delay** in samples (signed, fractional; linear
-  interpolation, clamped at the ends): a delay between the ADC and the load cell is fitted as
-  such instead of being absorbed by the hysteresis.
-* ``h``, ``tau``: hysteresis strength and time constant (s, or samples without ``dt``). ``tau``
-  is bounded below by one sample: a shorter time constant only mimics a delay.
-* **Saturation**: samples whose counts sit on the ADC's floor or ceiling carry no force
-  information beyond a bound. Their levels are detected (or declared) and the samples are
-  *censored* (they cost only when the prediction is on the wrong side of the bound) or masked.
-
-:func:`fit_raw_model` fits all of this per taxel with optional per-sample weights, and reports
-sandwich (autocorrelation-consistent) standard deviations next to the Gauss-Newton ones: on real
-logs the residuals are not white, and Gauss-Newton is then over-confident.
-
-Logs: plain text with two columns ``raw force`` or three ``time raw force`` (time in s;
-``#`` comments; optional header line ``# dt = 0.01``), or NPZ with ``raw [T]`` or ``[T, N]``,
-``force`` (same shape) and optionally ``dt`` or ``time [T]``. Without any time information the
-log is in **sample units** (``dt = None``): ``tau`` is then in samples.
-"""
+"""Fitting the raw-reading model to one log or several, and saved parameters."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import zipfile
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -47,256 +11,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._numerics import smooth_relu
-from .calibrate import fit, gauss_newton_std, levenberg_marquardt, sandwich_std
+from ..calibrate import fit, gauss_newton_std, levenberg_marquardt, sandwich_std
+from .logs import RawLog, Saturation, detect_saturation, detect_sign
+from .model import REF_COUNTS, SOFTNESS, raw_to_force
 
 Array = jax.Array
 
-__all__ = [
-    "RawLog",
-    "RawFit",
-    "Saturation",
-    "load_raw_log",
-    "raw_to_force",
-    "detect_sign",
-    "detect_saturation",
-    "fit_raw_model",
-    "save_raw_params",
-    "load_raw_params",
-]
-
-SOFTNESS = 20.0
-REF_COUNTS = 1000.0
-_CURVE = ("force_at_ref", "exponent", "hysteresis_strength", "hysteresis_tau", "delay")
-
-
-class RawLog(NamedTuple):
-    """``raw [T, N]`` counts, ``force [T, N]`` N (reference), ``dt`` s (None: sample units)."""
-
-    raw: np.ndarray
-    force: np.ndarray
-    dt: float | None = None
-
-
-class Saturation(NamedTuple):
-    """Per-taxel ADC limits ``lo [N]``, ``hi [N]`` (counts; NaN where there is none)."""
-
-    lo: np.ndarray
-    hi: np.ndarray
-
-    def masks(self, raw: np.ndarray, tol: float = 0.0):
-        """``(at_lo, at_hi)`` bool ``[T, N]``: samples at or beyond each limit (within ``tol``)."""
-        raw = np.asarray(raw, float)
-        with np.errstate(invalid="ignore"):
-            at_lo = np.isfinite(self.lo)[None] & (raw <= self.lo[None] + tol)
-            at_hi = np.isfinite(self.hi)[None] & (raw >= self.hi[None] - tol)
-        return at_lo, at_hi
-
-
-_DT_HEADER = re.compile(r"^#\s*dt\s*[=:]\s*([-+0-9.eE]+)\s*(s)?\s*$")
-
-
-def _dt_from_time(p, time) -> float:
-    d = np.diff(np.asarray(time, float))
-    if d.size == 0 or not np.all(np.isfinite(d)) or np.any(d <= 0):
-        raise ValueError(f"{p}: time: expected strictly increasing sample times (s)")
-    return float(np.median(d))
-
-
-def load_raw_log(path, dt: float | None = None) -> RawLog:
-    """Read a text or NPZ log (see the module docstring).
-
-    ``dt`` (s), if given, overrides the log's own; without a time column, a ``# dt`` header or
-    an NPZ ``dt``/``time``, the log is in sample units (``RawLog.dt is None``). Every problem
-    raises a ``ValueError`` starting with the file's name.
-    """
-    p = os.fspath(path)
-    if not os.path.exists(p):
-        raise ValueError(f"{p}: no such file")
-    if os.path.isdir(p):
-        raise ValueError(f"{p}: is a folder, expected a log file")
-    file_dt = None
-    if p.endswith(".npz"):
-        try:
-            with np.load(p, allow_pickle=False) as z:
-                for k in ("raw", "force"):
-                    if k not in z.files:
-                        raise ValueError(f"{p}: NPZ log lacks '{k}' (see the log format)")
-                raw, force = np.asarray(z["raw"], float), np.asarray(z["force"], float)
-                if "dt" in z.files:
-                    file_dt = float(z["dt"])
-                elif "time" in z.files:
-                    file_dt = _dt_from_time(p, z["time"])
-        except (OSError, EOFError, zipfile.BadZipFile, TypeError) as e:
-            raise ValueError(f"{p}: not a readable NPZ log ({e})") from None
-    else:
-        rows, width = [], None
-        try:
-            with open(p, encoding="utf-8") as fh:
-                for n, line in enumerate(fh, 1):
-                    s = line.strip()
-                    if not s:
-                        continue
-                    if s.startswith("#"):
-                        m = _DT_HEADER.match(s)
-                        if m:
-                            file_dt = float(m.group(1))
-                        continue
-                    parts = s.replace(",", " ").split()
-                    try:
-                        vals = [float(v) for v in parts]
-                    except ValueError:
-                        raise ValueError(
-                            f"{p}: line {n}: expected numbers 'raw force' or 'time raw force', "
-                            f"got {s[:60]!r}"
-                        ) from None
-                    if len(vals) not in (2, 3) or (width is not None and len(vals) != width):
-                        raise ValueError(
-                            f"{p}: line {n}: expected two columns (raw force) or three (time raw "
-                            f"force) on every line, got {len(vals)}"
-                        )
-                    width = len(vals)
-                    rows.append(vals)
-        except UnicodeDecodeError:
-            raise ValueError(f"{p}: not a text log (use .npz for an NPZ log)") from None
-        arr = np.asarray(rows, float).reshape(-1, width or 2)
-        if width == 3:
-            if np.all(np.isfinite(arr[:, 0])):
-                file_dt = _dt_from_time(p, arr[:, 0])
-            arr = arr[:, 1:]
-        raw, force = arr[:, :1], arr[:, 1:]
-    if raw.ndim == 1:
-        raw, force = raw[:, None], force[:, None]
-    if raw.shape != force.shape or raw.ndim != 2:
-        raise ValueError(f"{p}: raw {raw.shape} and force {force.shape} must both be [T] or [T, N]")
-    if raw.shape[0] < 2:
-        raise ValueError(f"{p}: expected at least two samples, got {raw.shape[0]}")
-    if not (np.all(np.isfinite(raw)) and np.all(np.isfinite(force))):
-        raise ValueError(f"{p}: non-finite readings in the log")
-    dt = file_dt if dt is None else dt
-    if dt is not None and (not dt > 0 or not np.isfinite(dt)):
-        raise ValueError(f"{p}: dt: expected the sample period (s) > 0, got {dt}")
-    return RawLog(raw, force, None if dt is None else float(dt))
-
-
-# ----------------------------------------------------------------------------- the model
-
-
-def _shift(F: Array, delay: Array) -> Array:
-    """``F[k + delay]`` per column (linear interpolation, clamped at both ends)."""
-    T = F.shape[0]
-    t = jnp.arange(T, dtype=F.dtype)[:, None] + delay[None]
-    t = jnp.clip(t, 0.0, T - 1.0)
-    i0 = jnp.clip(jnp.floor(t), 0, T - 2).astype(jnp.int32) if T > 1 else jnp.zeros_like(t, int)
-    f = t - i0
-    g0 = jnp.take_along_axis(F, i0, axis=0)
-    g1 = jnp.take_along_axis(F, jnp.minimum(i0 + 1, T - 1), axis=0)
-    return g0 + f * (g1 - g0)
-
-
-def raw_to_force(
-    params: dict,
-    raw: Array,
-    dt: float | None = None,
-    sign=1.0,
-    softness: float = SOFTNESS,
-    ref_counts: float = REF_COUNTS,
-) -> Array:
-    """Forces ``[T, N]`` (N) of raw counts ``raw [T, N]`` (the module's model).
-
-    ``params`` entries are ``[N]``: ``offset`` (counts), ``force_at_ref`` (N), ``exponent``,
-    ``hysteresis_strength``, ``hysteresis_tau`` (s; samples when ``dt`` is None) and optionally
-    ``delay`` (samples, signed: counts that lag the force have ``delay > 0``). ``sign`` (+1 or
-    -1, scalar or ``[N]``) is the direction in which counts move with force.
-    """
-    raw = jnp.asarray(raw)
-    if raw.ndim != 2:
-        raise ValueError(f"raw: expected [T, N], got shape {raw.shape}")
-    step_dt = 1.0 if dt is None else float(dt)
-    s = jnp.broadcast_to(jnp.asarray(sign, raw.dtype), raw.shape[1:])
-    x = smooth_relu(s[None] * (raw - params["offset"][None]), softness) / ref_counts
-    F = params["force_at_ref"][None] * jnp.exp(
-        params["exponent"][None] * jnp.log(jnp.maximum(x, 1e-30))
-    )
-    if "delay" in params:
-        F = _shift(F, params["delay"])
-    a = jnp.exp(-step_dt / params["hysteresis_tau"])
-
-    def step(carry, f):
-        xi, prev = carry
-        xi = a * xi + (f - prev)
-        return (xi, f), f + params["hysteresis_strength"] * xi
-
-    _, y = jax.lax.scan(step, (jnp.zeros_like(F[0]), F[0]), F)
-    return y
-
-
-# ----------------------------------------------------------------------------- detection
-
-
-def _ranks(x: np.ndarray) -> np.ndarray:
-    r = np.empty_like(x, dtype=float)
-    order = np.argsort(x, axis=0, kind="stable")
-    np.put_along_axis(r, order, np.arange(x.shape[0], dtype=float)[:, None], axis=0)
-    return r
-
-
-def _rank_corr(raw: np.ndarray, force: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    out = np.zeros(raw.shape[1])
-    for i in range(raw.shape[1]):  # host-side, once per fit
-        k = keep[:, i]
-        if k.sum() < 3:
-            continue
-        a, b = _ranks(raw[k, i][:, None])[:, 0], _ranks(force[k, i][:, None])[:, 0]
-        a, b = a - a.mean(), b - b.mean()
-        den = np.sqrt(np.sum(a * a) * np.sum(b * b))
-        out[i] = np.sum(a * b) / den if den > 0 else 0.0
-    return out
-
-
-def detect_saturation(
-    raw: np.ndarray, force: np.ndarray, min_fraction: float = 0.01, min_spread: float = 0.05
-) -> Saturation:
-    """ADC limits from a log: ``raw``, ``force`` ``[T, N]``.
-
-    A taxel's lowest (highest) count is a saturation level when at least ``min_fraction`` of
-    the samples (and at least 3) sit on it while the reference force there spreads over more
-    than ``min_spread`` of the force's range (standard deviation): a stuck channel under a
-    changing load. A rest level (the force constant there, to its noise) is not a limit.
-    """
-    raw, force = np.asarray(raw, float), np.asarray(force, float)
-    T, N = raw.shape
-    lo, hi = np.full(N, np.nan), np.full(N, np.nan)
-    need = max(3, int(np.ceil(min_fraction * T)))
-    for i in range(N):  # host-side, once per fit
-        rng = np.ptp(force[:, i])
-        for level, out in ((raw[:, i].min(), lo), (raw[:, i].max(), hi)):
-            on = raw[:, i] == level
-            if on.sum() >= need and rng > 0 and force[on, i].std() > min_spread * rng:
-                out[i] = level
-    return Saturation(lo, hi)
-
-
-def detect_sign(raw: np.ndarray, force: np.ndarray, keep: np.ndarray | None = None, min_corr=0.3):
-    """``(sign [N], rank correlation [N])`` of counts against force over the ``keep`` samples.
-
-    Raises ``ValueError`` naming the taxels whose |rank correlation| is below ``min_corr``: the
-    counts do not move monotonically with the force, and no sign fits them.
-    """
-    raw, force = np.asarray(raw, float), np.asarray(force, float)
-    keep = np.ones(raw.shape, bool) if keep is None else keep
-    rho = _rank_corr(raw, force, keep)
-    weak = np.flatnonzero(np.abs(rho) < min_corr)
-    if weak.size:
-        raise ValueError(
-            f"raw: taxel(s) {weak.tolist()} do not move monotonically with the force (rank "
-            f"correlation {np.round(rho[weak], 3).tolist()}, need |rho| >= {min_corr}); "
-            "no raw model fits them"
-        )
-    return np.where(rho > 0, 1.0, -1.0), rho
-
-
-# ----------------------------------------------------------------------------- fitting
+__all__ = ["RawFit", "predict", "fit_raw_model", "save_raw_params", "load_raw_params"]
 
 
 class RawFit(NamedTuple):
@@ -637,7 +358,7 @@ def fit_raw_model(
 
 def save_raw_params(path, f: RawFit) -> None:
     """Write a fit's parameters (JSON, atomically: an existing file is replaced whole or kept)."""
-    from ._files import atomic_write
+    from .._files import atomic_write
 
     doc = {
         "format": "difftaxel.rawmodel",

@@ -1,0 +1,74 @@
+"""Taxels inside MuJoCo MJX: scene mapping, taxels on model geoms, differentiable rollouts.
+
+Optional: ``pip install -e ".[mjx]"`` (``mujoco``, ``mujoco-mjx``); the core never imports it.
+
+* :func:`scene_from_model` maps a ``mujoco.MjModel``'s geoms to difftaxel shapes once, on the
+  host: sphere, capsule, box, cylinder and plane exactly (MuJoCo sizes are half-extents;
+  difftaxel's ``Box.size``, ``Capsule.length`` and ``Cylinder.height`` are full ones), meshes
+  as :class:`~difftaxel.geometry.ConvexHull` (the hull MuJoCo collides them with; ``mesh=
+  "exact"`` gives a :class:`~difftaxel.geometry.TriangleMesh`). What cannot be mapped
+  (ellipsoid, height field, SDF plugins, flex) is returned in ``MjxScene.unmapped``, never
+  skipped silently. The sensor link's own geoms are excluded.
+* :func:`sensor_inputs` turns an ``mjx.Data`` into :class:`~difftaxel.sensors.SensorInputs`:
+  body poses (MuJoCo quaternions are (w, x, y, z); difftaxel's (x, y, z, w)) and twists at the
+  body origin. MuJoCo's ``cvel`` is (angular, linear) about the subtree's centre of mass
+  ``subtree_com[rootid]``; the origin's velocity is ``v_com + w x (x_body - subtree_com)``
+  (checked against ``mj_objectVelocity``, which answers at the centre of mass ``xipos``). An optional contact mask gates the
+  bodies touching the sensor in ``d.contact`` (Genesis-style gating).
+* :func:`grid_on_geom`, :func:`pattern_on_geom` (a DEX-01 pattern), :func:`layout_on_geom`
+  (a measured fingertip layout) and :func:`project_to_surface` place taxels on a geom.
+* :func:`rollout` scans ``mjx.step`` and a sensor together; ``jax.vmap`` it over environments.
+  **Gradients** through MJX need ``<option iterations="1"/>``: MJX's solver is a
+  ``lax.while_loop`` that reverse mode cannot differentiate otherwise; ``rollout`` refuses a
+  model with more iterations when ``differentiable=True`` (the default) with a clear error.
+"""
+
+from .forces import ForceMatch, contact_force_on, fit_taxel_forces, taxel_forces_over, trajectory
+from .placement import (
+    FINGERTIPS,
+    PAD_AND_BALL,
+    ShadowHand,
+    grid_on_geom,
+    layout_on_geom,
+    load_shadow_hand,
+    mujoco_quat_to_matrix,
+    pad_and_ball,
+    pattern_on_geom,
+    project_to_surface,
+    shadow_hand_path,
+)
+from .scene import (
+    MjxScene,
+    body_poses_twists,
+    check_differentiable,
+    contact_mask,
+    rollout,
+    scene_from_model,
+    sensor_inputs,
+)
+
+__all__ = [
+    "MjxScene",
+    "scene_from_model",
+    "body_poses_twists",
+    "sensor_inputs",
+    "contact_mask",
+    "check_differentiable",
+    "rollout",
+    "grid_on_geom",
+    "pattern_on_geom",
+    "layout_on_geom",
+    "project_to_surface",
+    "mujoco_quat_to_matrix",
+    "ShadowHand",
+    "shadow_hand_path",
+    "load_shadow_hand",
+    "FINGERTIPS",
+    "PAD_AND_BALL",
+    "pad_and_ball",
+    "trajectory",
+    "contact_force_on",
+    "taxel_forces_over",
+    "ForceMatch",
+    "fit_taxel_forces",
+]
