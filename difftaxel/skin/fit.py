@@ -226,8 +226,8 @@ def calibrate_layout(
     def blocks(v):
         """Residuals ``[N, T*3]`` and Jacobian blocks ``[N, T*3, P]``: taxel ``i``'s readings
         depend on its own parameters only, so P forward-mode products give every block."""
-        cols = [jax.jvp(res, (v,), (jnp.zeros_like(v).at[:, k].set(1.0),))[1] for k in range(P)]
-        return res(v), jnp.stack(cols, -1)
+        outs = [jax.jvp(res, (v,), (jnp.zeros_like(v).at[:, k].set(1.0),)) for k in range(P)]
+        return outs[0][0], jnp.stack([t for _, t in outs], -1)  # the primal comes with them
 
     cost_of = jax.jit(lambda v: jnp.sum(res(v) ** 2, 1))
     v = pack(params)
