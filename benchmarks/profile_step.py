@@ -9,6 +9,7 @@ Usage:
   python benchmarks/profile_step.py grad 4096         # value_and_grad w.r.t. object poses
   python benchmarks/profile_step.py chain 1024 [--hash] [--delay-only]
   python benchmarks/profile_step.py proximity 1024 [--points 500 --capacity 80]
+  python benchmarks/profile_step.py sensor 1024 --sensor kinematic   # bench_sensors.py's step
 Add ``--hlo FILE`` to write the optimised HLO (to read what a fusion contains).
 """
 
@@ -35,7 +36,7 @@ import difftaxel as dt  # noqa: E402
 SKIP = ("$", "Thunk", "Pjit", "Common", "Parse", "Alloc", "Handle", "Slinky")
 
 
-def profile(fn, *args, calls=5, top=15, hlo=None):
+def profile(fn, *args, calls=5, top=40, hlo=None):
     c = jax.jit(fn).lower(*args).compile()
     for _ in range(2):
         jax.block_until_ready(c(*args))
@@ -67,14 +68,21 @@ def scene_poses(bodies, E):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["forward", "grad", "chain", "proximity"])
+    ap.add_argument("mode", choices=["forward", "grad", "chain", "proximity", "sensor"])
     ap.add_argument("envs", type=int)
     ap.add_argument("--hash", action="store_true", help="chain: noise_generator='hash'")
     ap.add_argument("--delay-only", action="store_true", help="chain: delay + jitter only")
     ap.add_argument("--points", type=int, default=500, help="proximity: tracked points")
     ap.add_argument("--capacity", type=int, default=80, help="proximity: max_candidates (0: off)")
+    ap.add_argument("--sensor", default="kinematic", help="sensor: a name of bench_sensors.py")
     ap.add_argument("--hlo")
     a = ap.parse_args()
+    if a.mode == "sensor":
+        import bench_sensors
+
+        f, args = bench_sensors.sensor_step_case(bench_sensors.sensors()[a.sensor], a.envs)
+        profile(f, *args, hlo=a.hlo)
+        return
     if a.mode == "proximity":
         import bench_proximity
 

@@ -65,12 +65,15 @@ STAGES = ("crosstalk", "hysteresis", "random_walk", "noise", "bias", "resolution
 class ChainState:
     """State of the imperfection chain for one environment (channels first).
 
+    A stage that does not run keeps no state: its fields are None (so a bare sensor's state
+    is a few bytes per probe and a jitted step does not copy unused zeros through).
+
     Attributes:
-      hyst_xi: ``[C, N]`` Maxwell element state.
-      hyst_prev: ``[C, N]`` previous hysteresis input.
-      walk: ``[C, N]`` random-walk offset.
-      dead: ``[N]`` bool, drawn at reset.
-      dead_value: ``[N]`` value a dead probe reads.
+      hyst_xi: ``[C, N]`` Maxwell element state (None without hysteresis).
+      hyst_prev: ``[C, N]`` previous hysteresis input (None without hysteresis).
+      walk: ``[C, N]`` random-walk offset (None without random walk).
+      dead: ``[N]`` bool, drawn at reset (None without dead taxels).
+      dead_value: ``[N]`` value a dead probe reads (None without dead taxels).
       ring: tuple of ``D`` arrays ``[C, N]``, the past post-processed measured readings (index 0
         newest); ``()`` when no delay or history is configured. A tuple, not one ``[D, C, N]``
         array, so a push renames buffers instead of shifting the whole ring (a shifted array
@@ -102,11 +105,19 @@ def _array(owner, name, v, lo=None, hi=None, scalar=False):
     return jnp.asarray(a, jnp.result_type(float))
 
 
-def _check_layout(state: ChainState, value: Array, where: str) -> None:
-    if tuple(value.shape) != tuple(state.walk.shape):
+def _check_layout(x, value: Array, where: str, field: str) -> None:
+    """``value`` has the shape of the state's stage array ``x``; a missing array (None: the
+    state was made for options where the stage did not run) is an error naming the field."""
+    if x is None:
         raise ValueError(
-            f"value: Imperfections.{where} expected shape {tuple(state.walk.shape)} (the "
-            f"state's channels-first [C, N] layout), got {tuple(value.shape)}"
+            f"state.{field}: Imperfections.{where} runs a stage this chain state has no state "
+            "for (it was made before the option was switched on); call init_state again"
+        )
+    if tuple(value.shape[-x.ndim :]) != tuple(x.shape) or value.ndim != 2:
+        raise ValueError(
+            f"value: Imperfections.{where} expected shape {tuple(x.shape)} or (C, "
+            f"{x.shape[-1]}) (the state's channels-first [C, N] layout), got "
+            f"{tuple(value.shape)}"
         )
 
 
@@ -344,11 +355,15 @@ class Imperfections(Options):
 
     def init(self, key, n_probes: int, n_channels: int, dtype=None) -> ChainState:
         """Zeroed hysteresis, walk and ring (``[C, N]``); dead taxels drawn from ``key`` (a
-        reset). ``key`` may be None when the dead-taxel stage does not run."""
+        reset). ``key`` may be None when the dead-taxel stage does not run. Stages that do not
+        run get None (no state)."""
         dtype = dtype or jnp.result_type(float)
         shape = (n_channels, n_probes)
-        z = jnp.zeros(shape, dtype)
-        if "dead" in self.active_stages:
+        st = self.active_stages
+        hyst = jnp.zeros(shape, dtype) if "hysteresis" in st else None
+        walk = jnp.zeros(shape, dtype) if "random_walk" in st else None
+        dead = val = None
+        if "dead" in st:
             if key is None:
                 raise ValueError("key: a PRNG key is needed to draw dead taxels at reset")
             k1, k2 = jax.random.split(key)
@@ -356,11 +371,10 @@ class Imperfections(Options):
             dead = jax.random.uniform(k1, (n_probes,), dtype) < p
             lo, hi = (self.dead_taxel_value_range[i].astype(dtype) for i in range(2))
             val = jax.random.uniform(k2, (n_probes,), dtype) * (hi - lo) + lo
-        else:
-            dead = jnp.zeros((n_probes,), bool)
-            val = jnp.zeros((n_probes,), dtype)
         ring = tuple(jnp.zeros(shape, dtype) for _ in range(self.ring_depth))
-        return ChainState(hyst_xi=z, hyst_prev=z, walk=z, dead=dead, dead_value=val, ring=ring)
+        return ChainState(
+            hyst_xi=hyst, hyst_prev=hyst, walk=walk, dead=dead, dead_value=val, ring=ring
+        )
 
     # ------------------------------------------------------------------ stages
 
@@ -388,7 +402,7 @@ class Imperfections(Options):
         """Single Maxwell element per channel on ``value [C, N]``."""
         if "hysteresis" not in self.active_stages:
             return state, value
-        _check_layout(state, value, "apply_hysteresis")
+        _check_layout(state.hyst_xi, value, "apply_hysteresis", "hyst_xi")
         s = self.hysteresis_strength.astype(value.dtype)
         tau = self.hysteresis_tau.astype(value.dtype)
         pos = tau > 0
@@ -400,8 +414,11 @@ class Imperfections(Options):
         """Random walk, white noise, bias, quantisation, dead taxels (in that order) on
         ``value [C, N]``. ``key`` None draws nothing (the walk holds, no white noise)."""
         dtype = value.dtype
-        _check_layout(state, value, "apply_hardware")
         st = self.active_stages
+        if "random_walk" in st:
+            _check_layout(state.walk, value, "apply_hardware", "walk")
+        if "dead" in st:
+            _check_layout(state.dead, value, "apply_hardware", "dead")
 
         def per(x):  # an [N, C]-broadcastable option laid out like ``value`` ([C, N])
             x = jnp.asarray(x).astype(dtype)
@@ -441,6 +458,12 @@ class Imperfections(Options):
         if self.ring_depth == 0:
             return state, value
         old = state.ring
+        if len(old) != self.ring_depth:
+            raise ValueError(
+                f"state.ring: Imperfections.apply_delay needs {self.ring_depth} past readings, "
+                f"the state holds {len(old)} (it was made for other delay or history options); "
+                "call init_state again"
+            )
         ring = (value,) + tuple(old[:-1])
         state = replace(state, ring=ring)
         if self.history_length > 0:
