@@ -290,6 +290,29 @@ def test_chain_layout_is_channels_first():
         imp.apply_hysteresis(st, jnp.zeros((N, C)), 0.005)
 
 
+def test_state_holds_only_running_stages_and_refuses_stale_use():
+    """A stage that does not run keeps no state (None), so a bare sensor's state is its gain
+    alone; a state made before a stage was switched on is a one-line error naming the field,
+    never a silent skip of the stage."""
+    kt = KinematicTaxel(**PROBE)
+    st = kt.init_state()
+    ch = st.chain
+    assert ch.hyst_xi is None and ch.walk is None and ch.dead is None and ch.ring == ()
+    assert [x.shape for x in jax.tree.leaves(st)] == [(1,)]
+    cases = [
+        (dict(hysteresis_strength=0.3, hysteresis_tau=0.05), "state.hyst_xi"),
+        (dict(random_walk=0.01), "state.walk"),
+        (dict(dead_taxel_probability=0.5), "state.dead"),
+        (dict(delay=0.02, dt=0.01), "state.ring"),
+    ]
+    for kw, field in cases:
+        on = kt.replace(imperfections=dt.Imperfections(**kw))
+        with pytest.raises(ValueError, match=field + r".*init_state again"):
+            on.step(st, box_at(0.0), jax.random.key(0))
+        fresh = on.init_state(jax.random.key(0))  # a new state works
+        on.step(fresh, box_at(0.0), jax.random.key(0))
+
+
 def test_hash_generator_in_the_chain():
     """The hash generator drives white noise and the random walk with the same statistics
     and the same reparameterised gradient as the default one."""
