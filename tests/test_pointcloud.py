@@ -87,6 +87,31 @@ def test_fft_equals_direct_every_compressibility(box_on_sphere, c):
     np.testing.assert_allclose(ug, uf, atol=1e-9 * np.abs(uf).max())
 
 
+@pytest.mark.parametrize("c, h", [(1.0, 0.0), (0.5, 0.0), (0.5, 0.02), (0.0, 0.02)])
+def test_small_grid_operator_equals_fft(box_on_sphere, monkeypatch, c, h):
+    """Grids of up to ``DENSE_GRID_MAX`` markers apply the FFT path's circular convolution as a
+    dense operator: the same readings (and gradients in the kernel's options) as the FFT,
+    the layer kernel's wrap-around included."""
+    from difftaxel.sensors import elastomer as E
+
+    track, inp = box_on_sphere
+    g = elastomer(track, compressibility=c, elastomer_thickness=h, lambda_d=700.0)
+
+    def reading(sensor):  # eager: each call takes the path the module constant names
+        return sensor.step(sensor.init_state(), inp)[1].ground_truth
+
+    def loss(lam):
+        return jnp.sum(reading(g.replace(lambda_d=lam)) ** 2)
+
+    dense, gd = reading(g), jax.grad(loss)(700.0)
+    monkeypatch.setattr(E, "DENSE_GRID_MAX", 0)
+    fft, gf = reading(g), jax.grad(loss)(700.0)
+    assert np.abs(fft).max() > 1e-6 and abs(gf) > 0
+    assert not np.array_equal(dense, fft)  # two paths ran (their rounding differs)
+    np.testing.assert_allclose(dense, fft, atol=1e-9 * np.abs(fft).max())
+    np.testing.assert_allclose(gd, gf, rtol=1e-7)
+
+
 def test_scene6_fillers(box_on_sphere):
     track, inp = box_on_sphere
     r = np.full(64, 0.02)
