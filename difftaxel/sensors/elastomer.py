@@ -29,6 +29,7 @@ from .base import (
     split3,
 )
 from .layer import elastomer_layer_kernel
+from .shear import shear_sums
 from .tracked import PointCloudSensor
 
 Array = jax.Array
@@ -445,53 +446,19 @@ class ElastomerTaxel(PointCloudSensor):
         ``ok`` = anchored, ``D > eps`` and ``|delta_t|^2 > eps^2``.
 
         The projection is linear, so ``sum_j W_ij delta_t,j(i) = U_i - n_i (n_i . U_i)`` with
-        ``U_i = sum_j W_ij delta_j`` wherever ``ok`` does not depend on ``i`` (one normal for
-        every probe); per-probe normals keep the per-pair test. The sums run in a
-        :func:`jax.lax.scan` over blocks of points on ``[N]`` accumulators: the per-point
-        values enter the loop made once (fused into an ``[N, M]`` kernel, XLA recomputed the
-        points' transforms and surface distances for every probe) and no ``[N, M]`` array is
-        stored."""
+        ``U_i = sum_j W_ij delta_j``; the sums are :func:`~difftaxel.sensors.shear.shear_sums`
+        (only the anchored points inside the elastomer are visited; derivatives from the
+        pass over every point)."""
         dtype = y.dtype
         x = self.flat_positions(dtype)  # [N, 3]
         n = self.probe_local_normal.astype(dtype).reshape(-1, 3)  # [N, 3] or [1, 3]
-        shared = n.shape[0] == 1
         delta = y - entry  # [M, 3]
         base = anchored & (D > eps)
-        if shared:
+        if n.shape[0] == 1:  # one normal: the per-pair test is per point
             dn = delta @ n[0]
             base = base & (jnp.sum(delta * delta, -1) - dn * dn > eps * eps)
         w = jnp.where(base, D, 0.0)  # [M]; 0 for points that never contribute
-        lam = self.lambda_s.astype(dtype)
-        nx_, ny_, nz_ = (n[:, k] for k in range(3))  # [N] or [1]
-        px, py, pz = (x[:, k] for k in range(3))  # [N]
-        M = y.shape[0]
-        C = 8
-        nb = -(-M // C)
-        pad = nb * C - M
-        cols = [y[:, 0], y[:, 1], y[:, 2], delta[:, 0], delta[:, 1], delta[:, 2], w]
-        if pad:
-            cols = [jnp.concatenate([c, jnp.zeros((pad,), dtype)]) for c in cols]
-        xs = tuple(c.reshape(nb, C) for c in cols)
-
-        def body(acc, blk):
-            yx, yy, yz, dx, dy, dz, wj = blk
-            ux, uy, uz = acc
-            for k in range(C):  # unrolled: one fused loop over the probes per block
-                rx, ry, rz = px - yx[k], py - yy[k], pz - yz[k]
-                rn = nx_ * rx + ny_ * ry + nz_ * rz
-                rt2 = rx * rx + ry * ry + rz * rz - rn * rn
-                W = wj[k] * jnp.exp(-lam * rt2)  # [N]
-                if not shared:
-                    ddn = nx_ * dx[k] + ny_ * dy[k] + nz_ * dz[k]
-                    d2 = dx[k] * dx[k] + dy[k] * dy[k] + dz[k] * dz[k]
-                    W = jnp.where(d2 - ddn * ddn > eps * eps, W, 0.0)
-                ux, uy, uz = ux + W * dx[k], uy + W * dy[k], uz + W * dz[k]
-            return (ux, uy, uz), None
-
-        z = jnp.zeros(px.shape, dtype)
-        (ux, uy, uz), _ = jax.lax.scan(body, (z, z, z), xs)
-        un = nx_ * ux + ny_ * uy + nz_ * uz
-        u = jnp.stack([ux - nx_ * un, uy - ny_ * un, uz - nz_ * un], -1)
+        u = shear_sums(x, n, y, delta, w, self.lambda_s.astype(dtype), float(eps))
         return self.shear_scale * u
 
     def displacement(self, state: ElastomerState, inputs: SensorInputs):
