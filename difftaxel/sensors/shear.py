@@ -88,17 +88,13 @@ def shear_sums_dense(x, n, y, delta, w, lam, eps):
 
 
 def shear_sums_sparse(x, n, y, delta, w, lam, eps):
-    """The points with ``w != 0`` only, packed in order, in a ``while_loop`` over blocks."""
+    """The points with ``w != 0`` only, taken in order by rank, in a ``while_loop`` over
+    blocks."""
     dtype = y.dtype
     xp, npl = _planes(x, n)
     M = y.shape[0]
-    active = w != 0
-    pos = jnp.cumsum(active.astype(jnp.int32)) - 1
-    count = jnp.sum(active.astype(jnp.int32))
-    # order[k] = index of the k-th weighted point; M (a zero row) past the count
-    slots = jnp.where(active, pos, M)
-    order = jnp.full((M + BLOCK,), M, jnp.int32).at[slots].set(jnp.arange(M, dtype=jnp.int32))
-    order = jnp.where(jnp.arange(M + BLOCK) < count, order, M)
+    cum = jnp.cumsum((w != 0).astype(jnp.int32))  # [M] weighted points up to each index
+    count = cum[-1] if M else jnp.zeros((), jnp.int32)
     cols = [jnp.concatenate([c, jnp.zeros((1,), dtype)]) for c in _columns(y, delta, w)]
     z = jnp.zeros(xp[0].shape, dtype)
 
@@ -107,7 +103,11 @@ def shear_sums_sparse(x, n, y, delta, w, lam, eps):
 
     def body(carry):
         k, acc = carry
-        ids = jax.lax.dynamic_slice(order, (k * BLOCK,), (BLOCK,))
+        # the block's weighted points by rank (binary searches; a scatter of every point's
+        # slot made XLA recompute the weights per index); M, a zero row, past the count
+        rank = k * BLOCK + jnp.arange(1, BLOCK + 1, dtype=jnp.int32)
+        ids = jnp.searchsorted(cum, rank, side="left", method="scan_unrolled")
+        ids = jnp.where(rank <= count, ids, M)
         blk = tuple(c[ids] for c in cols)
         return k + 1, _block(acc, blk, xp, npl, lam, eps)
 
