@@ -29,6 +29,7 @@ from .base import (
     noised_radius,
     split3,
 )
+from .pairs import pair_sums, pair_sums_rigid
 from .tracked import PointCloudSensor, motion_planes
 
 Array = jax.Array
@@ -63,75 +64,26 @@ def _rows_times(v: Array, R: Array) -> Array:
     )
 
 
-def _pair_sums(p, radii, x, mask, block: int, with_d: bool, feats: tuple = ()):
-    """Sums over points of ``P = R - d`` for ``0 < d <= R`` (``d = |x - p|``), of
-    ``P (x - p)`` if ``with_d``, and of ``P f`` for each per-point feature ``f`` in ``feats``.
+def spatial_order(points: np.ndarray, segments: tuple) -> tuple:
+    """A permutation of ``points [M, 3]`` that keeps each segment's points in place as a
+    group and sorts them along a Morton (Z-order) curve of their body-frame positions.
 
-    Args:
-      p: probe positions, three ``[N]`` planes (world, m).
-      radii: ``[B, N]`` sensing radii (m), one row per radius branch.
-      x: point positions, three ``[K]`` planes (world, m).
-      mask: ``[K]`` bool, points that count.
-      block: points per loop iteration (static); the iteration is unrolled.
-      with_d: also return ``D = sum P (x - p)``.
-      feats: ``[K]`` per-point features (e.g. a point's velocity components).
-
-    Returns:
-      ``(S, D, F)``: ``S [B, N]``; ``D`` a tuple of three ``[B, N]`` planes or None; ``F`` a
-      tuple of one ``[B, N]`` sum per feature.
-
-    A ``lax.scan`` over blocks of points, unrolled inside, on ``[B, N]`` accumulators: XLA's
-    CPU backend fuses each block into one loop over the probes, where a per-block product
-    ``P @ features`` (the earlier form) was a batched library GEMM of tiny matrices. XLA
-    evaluates every output of a fusion separately, so the sums travel in pairs as complex
-    accumulators (``S + i D_x``, ``D_y + i D_z``, ...): the pair arithmetic is done once per
-    accumulator, not once per sum.
-    """
-    px, py, pz = p
-    K = x[0].shape[0]
-    n_blocks = -(-K // max(1, block))
-    C = -(-K // n_blocks)  # blocks of equal size <= block, the least padding
-    pad = n_blocks * C - K
-    if pad:
-        x = tuple(jnp.concatenate([q, jnp.full((pad,), 1e6, q.dtype)]) for q in x)
-        mask = jnp.concatenate([mask, jnp.zeros((pad,), bool)])
-        feats = tuple(jnp.concatenate([f, jnp.zeros((pad,), f.dtype)]) for f in feats)
-    xs = tuple(q.reshape(n_blocks, C) for q in (*x, mask, *feats))
-    dtype = radii.dtype
-    eps = _eps(dtype)
-    r2 = radii * radii
-    n_terms = 1 + 3 * bool(with_d) + len(feats)
-
-    def body(acc, blk):
-        cx, cy, cz, cm, *cf = blk
-        for k in range(C):
-            dx, dy, dz = cx[k] - px, cy[k] - py, cz[k] - pz  # [N]
-            d2 = dx * dx + dy * dy + dz * dz
-            pos = d2 > 0
-            dist = jnp.where(pos, jnp.sqrt(jnp.where(pos, d2, 1.0)), 0.0)
-            hit = (d2[None] <= r2) & (dist[None] > eps) & cm[k]  # [B, N]
-            P = jnp.where(hit, radii - dist[None], 0.0)
-            t = [P]
-            if with_d:
-                t += [P * dx[None], P * dy[None], P * dz[None]]
-            t += [P * f[k] for f in cf]
-            acc = tuple(
-                a + (jax.lax.complex(t[2 * j], t[2 * j + 1]) if 2 * j + 1 < n_terms else t[2 * j])
-                for j, a in enumerate(acc)
-            )
-        return acc, None
-
-    ctype = jnp.result_type(dtype, jnp.complex64)
-    acc0 = tuple(
-        jnp.zeros(radii.shape, ctype if 2 * j + 1 < n_terms else dtype)
-        for j in range((n_terms + 1) // 2)
-    )
-    acc, _ = jax.lax.scan(body, acc0, xs)
-    sums = []
-    for a in acc:
-        sums += [a.real, a.imag] if jnp.iscomplexobj(a) else [a]
-    D = tuple(sums[1:4]) if with_d else None
-    return sums[0], D, tuple(sums[1 + 3 * bool(with_d) :])
+    The pair sums visit blocks of consecutive points and skip a block far from the probes;
+    in a spatial order the points near the probes span few blocks. A permutation of a sum's
+    terms changes its value only by rounding."""
+    order, start = [], 0
+    for _, c in segments:
+        q = points[start : start + c]
+        if c:
+            lo, hi = q.min(0), q.max(0)
+            cell = np.floor((q - lo) / np.maximum(hi - lo, 1e-300) * 1023.999).astype(np.int64)
+            code = np.zeros(c, np.int64)
+            for bit in range(10):  # interleave the 10 bits of x, y, z
+                for axis in range(3):
+                    code |= ((cell[:, axis] >> bit) & 1) << (3 * bit + axis)
+            order.extend((start + np.argsort(code, kind="stable")).tolist())
+        start += c
+    return tuple(order)
 
 
 @pytree_dataclass(kw_only=True)
@@ -156,7 +108,7 @@ class ProximityTaxel(PointCloudSensor):
     longer for no faster step.
 
     ``max_candidates`` (static int, default None = every tracked point against every probe)
-    turns on a spatial pre-selection, the capacity-and-overflow pattern of JAX-MD's neighbour
+    turns on a point pre-selection, the capacity-and-overflow pattern of JAX-MD's neighbour
     lists: each step keeps only the tracked points inside the probes' axis-aligned bounding
     box (link frame) grown by the sensing radius, the first ``max_candidates`` of them in
     point order, and evaluates those against every probe. The readings are exactly the
@@ -182,6 +134,7 @@ class ProximityTaxel(PointCloudSensor):
     max_candidates: int | None = static_field(None)
     smoothing: float = static_field(0.0)
     crosstalk_support: tuple | None = derived_field(None)
+    point_order: tuple | None = derived_field(None)
 
     STAGES = ("radius_noise", "shear")
     N_CHANNELS = 6
@@ -224,6 +177,9 @@ class ProximityTaxel(PointCloudSensor):
                     "ProximityTaxel.probe_local_pos: degenerate grid spacing for crosstalk"
                 )
             d["crosstalk_support"] = self.imperfections.crosstalk_support((s_v, s_u))
+        d["point_order"] = spatial_order(
+            np.asarray(self.track_points.points), self.track_points.segments
+        )
         return d
 
     def init_state(self, key=None) -> ProximityState:
@@ -285,11 +241,15 @@ class ProximityTaxel(PointCloudSensor):
         return pb, seg_id, valid, count > K
 
     def _groups(self, inputs: SensorInputs, radii: Array, dtype):
-        """The tracked points as groups ``(body, world positions (three planes), mask)``, and
-        the overflow flag. Exhaustive: one group per segment, its own points. With
-        ``max_candidates``: one group of the selected candidates; with several segments its
-        body is None, the candidates are moved by their own bodies and the group carries
-        their world velocities and spins (see :meth:`_accumulate`)."""
+        """The tracked points as groups ``(kind, body, data, mask)``, and the overflow flag.
+
+        * ``"rigid"`` (exhaustive: one group per segment): ``data = (R, t, points)``, the
+          body's rotation, position and its own points (three planes, body frame, in a
+          spatial order); ``mask`` is the body's ``[]`` flag.
+        * ``"points"`` (``max_candidates``, one body): ``data`` = the selected candidates'
+          world positions (three planes); ``mask [K]``.
+        * ``"mixed"`` (``max_candidates``, several bodies; body None): ``data = (positions,
+          velocities, spins)`` of the candidates, each moved by its own body."""
         bodies = inputs.bodies
         segs = self.track_points.segments
         self.track_points.check_bodies(bodies)
@@ -304,7 +264,7 @@ class ProximityTaxel(PointCloudSensor):
             pb, seg_id, valid, overflow = self._candidates(inputs, radii, dtype)
             if seg_id is None:
                 b = segs[0][0]
-                return [(b, world(b, pb), valid & body_mask[b])], overflow
+                return [("points", b, world(b, pb), valid & body_mask[b])], overflow
             # several bodies: each candidate moved by its own body (selects over segments)
             mot, m = None, jnp.zeros_like(valid)
             for j, (b, _) in enumerate(segs):
@@ -316,14 +276,17 @@ class ProximityTaxel(PointCloudSensor):
                     lambda n, o, on=on: jnp.where(on, n, o), new, mot
                 )  # fmt: skip
                 m = m | (valid & on & body_mask[b])
-            pos, vel, ang = mot
-            return [(None, pos, m, (vel, ang))], overflow
+            return [("mixed", None, mot, m)], overflow
         groups, start = [], 0
         pts = self.track_points.points.astype(dtype)
+        if self.point_order is not None:  # each body's points in a spatial order
+            pts = pts[np.asarray(self.point_order)]
         for b, c in segs:
             if c:
                 seg = tuple(pts[start : start + c, i] for i in range(3))
-                groups.append((b, world(b, seg), jnp.broadcast_to(body_mask[b], (c,))))
+                T_b = bodies.poses[b].astype(dtype)
+                rigid = (_pose.quat_to_matrix(T_b[3:]), T_b[:3], seg)
+                groups.append(("rigid", b, rigid, body_mask[b]))
             start += c
         return groups, jnp.zeros((), bool)
 
@@ -335,7 +298,8 @@ class ProximityTaxel(PointCloudSensor):
         per body ``b`` (origin ``x_b``, twist ``(v_b, w_b)``), ``sum P v = v_b S_b + w_b x
         (D_b + (p - x_b) S_b)`` and ``sum P w = w_b S_b`` with ``S_b = sum P`` and ``D_b =
         sum P (x - p)`` over its points. So a group of one body's points only sums ``P`` and
-        ``P (x - p)`` (:func:`_pair_sums`; with ``shear_coupling == 0`` only ``P``). The
+        ``P (x - p)`` (:mod:`difftaxel.sensors.pairs`; with ``shear_coupling == 0`` only
+        ``P``). The
         candidates of several bodies go through one loop that sums ``P`` times each point's
         own velocity and spin (7 sums, or 4 without shear) instead of one loop per body."""
         T = inputs.T_world_link
@@ -352,18 +316,24 @@ class ProximityTaxel(PointCloudSensor):
         Pv = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
         Pw = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
         chunk = int(self.point_chunk)
-        for b, world, m, *motion in groups:
-            if b is None:  # candidates of several bodies: per-point velocity and spin
-                v, w = motion[0]
+        for kind, b, data, m in groups:
+            if kind == "mixed":  # candidates of several bodies: per-point velocity and spin
+                world, v, w = data
                 feats = (*v, *w) if self.stage_on("shear") else tuple(w)
-                Sb, _, F = _pair_sums(pp, radii, world, m, chunk, False, feats)
+                Sb, _, F = pair_sums(pp, radii, world, m, chunk, False, feats)
                 S = S + Sb
                 for i in range(3):
                     Pw[i] = Pw[i] + F[-3 + i]
                     if self.stage_on("shear"):
                         Pv[i] = Pv[i] + F[i]
                 continue
-            Sb, D, _ = _pair_sums(pp, radii, world, m, chunk, self.stage_on("shear"))
+            if kind == "rigid":
+                R_b, t_b, seg = data
+                Sb, D, _ = pair_sums_rigid(
+                    pp, radii, R_b, t_b, seg, m, chunk, self.stage_on("shear")
+                )
+            else:
+                Sb, D, _ = pair_sums(pp, radii, data, m, chunk, self.stage_on("shear"))
             tw = inputs.bodies.twists[b].astype(dtype)
             w = tw[3:]
             S = S + Sb

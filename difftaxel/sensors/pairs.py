@@ -1,0 +1,185 @@
+"""ProximityTaxel's sums over (probe, point) pairs: a dense pass and a sparse one.
+
+For probes ``p`` (three ``[N]`` planes, world, m), sensing radii ``radii [B, N]`` (one row per
+radius branch) and points ``x`` (three ``[K]`` planes), the sums run over points of
+``P = R - d`` for ``0 < d <= R`` (``d = |x - p|``), of ``P (x - p)`` (``with_d``) and of
+``P f`` for each per-point feature ``f``.
+
+* :func:`pair_sums`: every point against every probe (a ``scan`` over blocks of points).
+* :func:`pair_sums_rigid`: one rigid body's own points. A point farther than the largest
+  radius from the probes' bounding box adds exactly 0, and in a press most of a tracked
+  cloud is (its far side, the parts beyond the pad). The points come in a spatial order
+  (:func:`~difftaxel.sensors.proximity.spatial_order`), so the nearby ones fill few blocks of
+  consecutive points: the value visits only the blocks whose body-frame box meets the probes'
+  box (a ``while_loop``, as many blocks as the fullest environment needs). No capacity to
+  choose and nothing to overflow. Its derivatives (forward and reverse mode) are those of the
+  dense pass (the same sums with exact zeros for the other points); a ``while_loop`` has no
+  reverse mode, hence the custom JVP.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from .._numerics import eps as _eps
+from ..geometry.planes import affine_planes
+
+Array = jax.Array
+
+#: a masked point is moved this far (m): it is no probe's neighbour
+FAR = 1e6
+
+
+def _block_sums(acc, blk, p, radii, with_d: bool):
+    """Add a block of points (``x``, ``y``, ``z``, then the features, each ``[C]``) to the
+    accumulators. XLA evaluates every output of a fusion separately, so the sums travel in
+    pairs as complex accumulators (``S + i D_x``, ``D_y + i D_z``, ...): the pair arithmetic
+    is done once per accumulator, not once per sum."""
+    px, py, pz = p
+    cx, cy, cz, *cf = blk
+    eps = _eps(radii.dtype)
+    r2 = radii * radii
+    n_terms = 1 + 3 * bool(with_d) + len(cf)
+    for k in range(cx.shape[0]):  # unrolled: one fused loop over the probes per point
+        dx, dy, dz = cx[k] - px, cy[k] - py, cz[k] - pz  # [N]
+        d2 = dx * dx + dy * dy + dz * dz
+        pos = d2 > 0
+        dist = jnp.where(pos, jnp.sqrt(jnp.where(pos, d2, 1.0)), 0.0)
+        hit = (d2[None] <= r2) & (dist[None] > eps)  # [B, N]
+        P = jnp.where(hit, radii - dist[None], 0.0)
+        t = [P]
+        if with_d:
+            t += [P * dx[None], P * dy[None], P * dz[None]]
+        t += [P * f[k] for f in cf]
+        acc = tuple(
+            a + (jax.lax.complex(t[2 * j], t[2 * j + 1]) if 2 * j + 1 < n_terms else t[2 * j])
+            for j, a in enumerate(acc)
+        )
+    return acc
+
+
+def _zeros(radii, n_terms):
+    ctype = jnp.result_type(radii.dtype, jnp.complex64)
+    return tuple(
+        jnp.zeros(radii.shape, ctype if 2 * j + 1 < n_terms else radii.dtype)
+        for j in range((n_terms + 1) // 2)
+    )
+
+
+def _unpack(acc, with_d: bool):
+    sums = []
+    for a in acc:
+        sums += [a.real, a.imag] if jnp.iscomplexobj(a) else [a]
+    D = tuple(sums[1:4]) if with_d else None
+    return sums[0], D, tuple(sums[1 + 3 * bool(with_d) :])
+
+
+def pair_sums_dense(p, radii, x, feats, block: int, with_d: bool):
+    """Every point against every probe, in a ``scan`` over blocks of ``block`` points."""
+    n_terms = 1 + 3 * bool(with_d) + len(feats)
+
+    def body(acc, blk):
+        return _block_sums(acc, blk, p, radii, with_d), None
+
+    acc, _ = jax.lax.scan(body, _zeros(radii, n_terms), _blocks(x, feats, block))
+    return _unpack(acc, with_d)
+
+
+def _blocks(x, feats, block: int):
+    """Points and features padded (far points, zero features) and cut in ``[n_blocks, C]``
+    blocks of equal size ``C <= block``, the least padding."""
+    K = x[0].shape[0]
+    n_blocks = max(1, -(-K // max(1, block)))
+    C = max(1, -(-K // n_blocks))
+    pad = n_blocks * C - K
+    x = tuple(jnp.concatenate([q, jnp.full((pad,), FAR, q.dtype)]) for q in x)
+    feats = tuple(jnp.concatenate([f, jnp.zeros((pad,), f.dtype)]) for f in feats)
+    return tuple(q.reshape(n_blocks, C) for q in (*x, *feats))
+
+
+def pair_sums(p, radii, x, mask, block: int, with_d: bool, feats: tuple = ()):
+    """Sums over points of ``P = R - d`` for ``0 < d <= R`` (``d = |x - p|``), of
+    ``P (x - p)`` if ``with_d``, and of ``P f`` for each per-point feature ``f`` in ``feats``.
+
+    Args:
+      p: probe positions, three ``[N]`` planes (world, m).
+      radii: ``[B, N]`` sensing radii (m), one row per radius branch.
+      x: point positions, three ``[K]`` planes (world, m).
+      mask: ``[K]`` bool, points that count.
+      block: points per loop iteration (static); the iteration is unrolled.
+      with_d: also return ``D = sum P (x - p)``.
+      feats: ``[K]`` per-point features (e.g. a point's velocity components).
+
+    Returns:
+      ``(S, D, F)``: ``S [B, N]``; ``D`` a tuple of three ``[B, N]`` planes or None; ``F`` a
+      tuple of one ``[B, N]`` sum per feature.
+
+    Every point against every probe (the pre-selected candidates of ``max_candidates``);
+    one rigid body's own points go through :func:`pair_sums_rigid` instead.
+    """
+    x = tuple(jnp.where(mask, q, FAR) for q in x)
+    return pair_sums_dense(tuple(p), radii, x, tuple(feats), int(block), bool(with_d))
+
+
+# ---------------------------------------------------------------- one rigid body's points
+
+
+def _rigid_dense(p, radii, R, t, pb, on, block: int, with_d: bool):
+    world = affine_planes(R, t, *pb)
+    world = tuple(jnp.where(on, q, FAR) for q in world)
+    return pair_sums_dense(p, radii, world, (), block, with_d)
+
+
+def _rigid_sparse(p, radii, R, t, pb, on, block: int, with_d: bool):
+    """Block boxes in the body frame (the same for every environment) against the probes'
+    box taken into the body frame; only the visited blocks are moved to the world frame."""
+    dtype = radii.dtype
+    cols = _blocks(pb, (), block)  # [nb, C] body frame
+    nb = cols[0].shape[0]
+    qb = affine_planes(R.T, -(R.T @ t), *p)  # probes in the body frame, three [N]
+    rmax = jnp.max(radii)
+    scale = jnp.max(jnp.stack([jnp.max(jnp.abs(q)) for q in p])) + jnp.max(jnp.abs(t)) + rmax
+    margin = rmax * (1.0 + 1e-3) + 64 * _eps(dtype) * scale
+    meets = jnp.broadcast_to(on, (nb,))
+    for q, c in zip(qb, cols, strict=True):
+        real = c < 0.5 * FAR
+        lo = jnp.min(jnp.where(real, c, jnp.inf), 1)
+        hi = jnp.max(jnp.where(real, c, -jnp.inf), 1)
+        meets = meets & (lo <= jnp.max(q) + margin) & (hi >= jnp.min(q) - margin)
+    cum = jnp.cumsum(meets.astype(jnp.int32))
+    count = cum[-1]
+    slots = jnp.where(meets, cum - 1, nb)
+    order = jnp.zeros((nb + 1,), jnp.int32).at[slots].set(jnp.arange(nb, dtype=jnp.int32))
+    n_terms = 1 + 3 * bool(with_d)
+
+    def cond(carry):
+        return carry[0] < count
+
+    def body(carry):
+        k, acc = carry
+        blk = affine_planes(R, t, *(c[order[k]] for c in cols))
+        return k + 1, _block_sums(acc, blk, p, radii, with_d)
+
+    _, acc = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), _zeros(radii, n_terms)))
+    return _unpack(acc, with_d)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(6, 7))
+def _pair_sums_rigid(p, radii, R, t, pb, on, block, with_d):
+    return _rigid_sparse(p, radii, R, t, pb, on, block, with_d)
+
+
+@_pair_sums_rigid.defjvp
+def _pair_sums_rigid_jvp(block, with_d, primals, tangents):
+    return jax.jvp(lambda *a: _rigid_dense(*a, block, with_d), primals, tangents)
+
+
+def pair_sums_rigid(p, radii, R, t, pb, on, block: int, with_d: bool):
+    """:func:`pair_sums` of one rigid body's points ``pb`` (three ``[K]`` planes, body frame,
+    m) at rotation ``R [3, 3]`` and position ``t [3]`` (world), counted when ``on`` (``[]``
+    bool). The blocks' boxes are found in the body frame, once for every environment, and
+    only the blocks near the probes are moved to the world frame."""
+    return _pair_sums_rigid(tuple(p), radii, R, t, tuple(pb), on, int(block), bool(with_d))
