@@ -107,15 +107,21 @@ class ProximityTaxel(PointCloudSensor):
     number of points, the reverse pass stores ``O(N)`` per point; a larger block compiles
     longer for no faster step.
 
-    ``max_candidates`` (static int, default None = every tracked point against every probe)
-    turns on a point pre-selection, the capacity-and-overflow pattern of JAX-MD's neighbour
-    lists: each step keeps only the tracked points inside the probes' axis-aligned bounding
-    box (link frame) grown by the sensing radius, the first ``max_candidates`` of them in
-    point order, and evaluates those against every probe. The readings are exactly the
-    unselected ones whenever at most ``max_candidates`` points are inside; a step with more
-    sets ``state.candidate_overflow`` (sticky until the next reset) and misses the rest, so
-    check it after a rollout and rebuild with a larger capacity. Cost falls from ``N * M`` to
-    ``N * max_candidates`` pairs plus ``O(M)`` for the selection.
+    By default (``max_candidates=None``) the readings are those of every tracked point
+    against every probe, computed without a capacity: each body's points are kept in a
+    spatial order (:func:`spatial_order`, the derived ``point_order``) and a step visits only
+    the blocks of ``point_chunk`` consecutive points whose body-frame box meets the probes'
+    box grown by the largest radius (:func:`~difftaxel.sensors.pairs.pair_sums_rigid`;
+    derivatives from the exhaustive pass).
+
+    ``max_candidates`` (static int) turns on a hand-tuned point pre-selection instead, the
+    capacity-and-overflow pattern of JAX-MD's neighbour lists: each step keeps only the
+    tracked points inside the probes' axis-aligned bounding box (link frame) grown by the
+    sensing radius, the first ``max_candidates`` of them in point order, and evaluates those
+    against every probe. The readings are exactly the unselected ones whenever at most
+    ``max_candidates`` points are inside; a step with more sets ``state.candidate_overflow``
+    (sticky until the next reset) and misses the rest, so check it after a rollout and
+    rebuild with a larger capacity.
 
     Stages: ``"radius_noise"`` (``probe_radius_noise``: a second, noised radius branch) and
     ``"shear"`` (``shear_coupling``: the tangential-velocity sums). The imperfections may
