@@ -86,9 +86,9 @@ class ContactProbeState:
 
     Attributes:
       probe_gain: ``[N]`` gain this episode.
-      latch_measured: ``[N]`` Schmitt latch of the measured branch (0/1, or in [0, 1] with
-        smoothing).
-      latch_ground_truth: ``[N]`` Schmitt latch of the ground-truth branch.
+      latch_measured: ``[N]`` Schmitt latch of the measured branch: bool, or a float in
+        [0, 1] with smoothing.
+      latch_ground_truth: ``[N]`` Schmitt latch of the ground-truth branch (same type).
       chain: imperfection-chain state (``[1, N]``).
     """
 
@@ -309,7 +309,8 @@ class ContactProbe(_ContactSensor):
     def init_state(self, key=None) -> ContactProbeState:
         """Per-episode state (a reset): open latches; gains and dead taxels from ``key``."""
         g, chain = self.reset_gain_and_chain(key)
-        z = jnp.zeros_like(g)
+        # exact latches are the readings themselves (bool): one array per branch and step
+        z = jnp.zeros_like(g) if self.smoothing > 0 else jnp.zeros(g.shape, bool)
         return ContactProbeState(g, z, z, chain)
 
     def _gate(self, d, threshold):
@@ -324,6 +325,10 @@ class ContactProbe(_ContactSensor):
         return jnp.where(thr < 0, 1.0, g)
 
     def _latch(self, d, prev, active):
+        if not self.smoothing > 0:  # bools: on OR (prev AND hold)
+            on = d > self.contact_threshold
+            hold = d > self.release
+            return active & (on | (jnp.asarray(prev, bool) & hold))
         on = self._gate(d, self.contact_threshold)
         hold = self._gate(d, self.release)
         new = on + (1.0 - on) * prev * hold  # = on OR (prev AND hold) for 0/1 values
@@ -339,13 +344,15 @@ class ContactProbe(_ContactSensor):
         active = self.per_probe(self.probe_radius, m.dtype) > 0
         lm = self._latch(v[0], state.latch_measured, active)
         lg = self._latch(gt, state.latch_ground_truth, active)
-        chain, lm_read = imp.apply_delay(chain, lm[None], k_d)
         state = ContactProbeState(state.probe_gain, lm, lg, chain)
-        if self.smoothing > 0:
-            out_m, out_g = lm_read, lg
+        if imp.ring_depth:  # the delay ring holds floats
+            chain, lm_read = imp.apply_delay(chain, lm[None].astype(m.dtype), k_d)
+            state = ContactProbeState(state.probe_gain, lm, lg, chain)
+            if not self.smoothing > 0:
+                lm_read = lm_read > 0.5
         else:
-            out_m, out_g = lm_read > 0.5, lg > 0.5
-        return state, Reading(out_m.reshape(self._out_shape()), out_g.reshape(self.layout))
+            lm_read = lm
+        return state, Reading(lm_read.reshape(self._out_shape()), lg.reshape(self.layout))
 
 
 @pytree_dataclass(kw_only=True)
