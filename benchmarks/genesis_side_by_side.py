@@ -12,8 +12,14 @@ excluded), the median over the timed steps; difftaxel's is one jitted vmapped st
 sensor (``bench_sensors.py``'s scene and options), the median over repeats. The ratio is
 Genesis time / difftaxel time, the median over rounds (> 1: difftaxel is faster).
 
+``--warm-allocator`` first allocates and frees one 16 MiB array in both workers: glibc then
+keeps freed memory instead of returning it to the system at every step, the state of any
+process that has held a larger array (a training loop, a notebook). Without it, a fresh
+process pays page faults for each step's new output buffers (difftaxel's step allocates its
+readings; Genesis writes into buffers made at build), up to half of a 1024-environment step.
+
 Usage: python benchmarks/genesis_side_by_side.py --genesis-python /tmp/gvenv/bin/python
-       [--envs 64 1024] [--rounds 5] [--only kinematic elastomer]
+       [--envs 64 1024] [--rounds 5] [--only kinematic elastomer] [--warm-allocator]
 Last line: {"ratio": {envs: {sensor: r}}, "genesis_s": {...}, "difftaxel_s": {...}}
 """
 
@@ -46,6 +52,15 @@ ONE_THREAD = {
 
 
 # ------------------------------------------------------------------------ the Genesis worker
+
+
+def warm_allocator() -> None:
+    """Allocate and free one 16 MiB array: glibc raises its mmap and trim thresholds to that
+    size (process-wide), so later buffers up to it are reused rather than mapped anew."""
+    import numpy as np
+
+    a = np.ones(2 * 2**20)  # 16 MiB: at most glibc's largest dynamic threshold (32 MiB)
+    del a
 
 
 def genesis_worker(name: str, E: int, steps: int) -> dict:
@@ -135,10 +150,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20, help="Genesis steps timed per process")
     ap.add_argument("--only", nargs="+", default=list(SENSORS))
+    ap.add_argument("--warm-allocator", action="store_true", help="see the module docstring")
     ap.add_argument("--worker", nargs=3, metavar=("SIDE", "SENSOR", "ENVS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         side, name, E = a.worker
+        if a.warm_allocator:
+            warm_allocator()
         res = (
             genesis_worker(name, int(E), a.steps)
             if side == "genesis"
@@ -162,6 +180,7 @@ def main() -> None:
                 for side in order:
                     py = a.genesis_python if side == "genesis" else sys.executable
                     cmd = [*pin, py, me, "--worker", side, name, str(E), "--steps", str(a.steps)]
+                    cmd += ["--warm-allocator"] if a.warm_allocator else []
                     runs[side] = _run(cmd, env)["seconds"]
                 g_s[str(E)][name].append(runs["genesis"])
                 d_s[str(E)][name].append(runs["difftaxel"])
