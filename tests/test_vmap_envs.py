@@ -119,6 +119,7 @@ def test_rollout_envs_grad_chunk():
     assert float(jnp.abs(g.normal_stiffness)) > 0
 
 
+@pytest.mark.slow  # 20 s; CI runs it with the slow cases
 def test_rollout_envs_time_major_equals_env_major():
     """``time_major=True`` (a scan of a vmapped step) gives the env-major readings transposed,
     the same final states and the same gradient, with and without keys (noise, hysteresis,
