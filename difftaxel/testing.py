@@ -145,9 +145,11 @@ def check_grad_fd(
 
 
 def assert_no_recompile(jitted, *calls):
-    """Call ``jitted`` with each argument tuple in ``calls``; it must compile at most once.
+    """Call ``jitted`` with each argument tuple in ``calls``; it must compile exactly once.
 
-    ``jitted`` must be a ``jax.jit`` function; uses its cache size.
+    ``jitted`` must be a ``jax.jit`` function; uses its cache size. Jit a function object of
+    its own (a lambda or a def), not a bound method: JAX's cache keys a bound method by
+    equality, so ``jax.jit(obj.step)`` shares its entry with every earlier ``obj.step``.
     """
     for args in calls:
         jax.block_until_ready(jitted(*args))
