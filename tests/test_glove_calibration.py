@@ -71,6 +71,7 @@ def perturb(tb, rng, pos=0.003, ang=0.17453292519943295):  # 10 deg
     return np.asarray(P.compose(jnp.asarray(tb), P.se3_exp(jnp.asarray(xi))))
 
 
+@pytest.mark.slow  # 20+ s; CI runs it with the slow cases
 def test_bind_pose_recovery_3mm_10deg_with_noise():
     lbs, scene, sensor = pad_scene()
     truth = np.asarray(lbs.taxel_bind_poses)

@@ -126,6 +126,7 @@ def test_cli_press_and_help(capsys):
     assert "object_poses" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # 20+ s; CI runs it with the slow cases
 def test_cli_identify_and_calibrate(tmp_path, capsys):
     from .test_rawmodel import synthetic
 
