@@ -23,6 +23,15 @@ Optional: ``pip install -e ".[mjx]"`` (``mujoco``, ``mujoco-mjx``); the core nev
   model with more iterations when ``differentiable=True`` (the default) with a clear error.
 """
 
+try:
+    import mujoco  # noqa: F401
+    from mujoco import mjx as _mjx  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "difftaxel.mjx needs the optional MuJoCo extra: pip install -e '.[mjx]' "
+        f"(mujoco, mujoco-mjx); {e}"
+    ) from None
+
 from .forces import ForceMatch, contact_force_on, fit_taxel_forces, taxel_forces_over, trajectory
 from .placement import (
     FINGERTIPS,

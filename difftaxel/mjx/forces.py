@@ -6,16 +6,9 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import mujoco  # the package's __init__ checked the extra is installed
 import numpy as np
-
-try:
-    import mujoco
-    from mujoco import mjx as _mjx
-except ImportError as e:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "difftaxel.mjx needs the optional MuJoCo extra: pip install -e '.[mjx]' "
-        f"(mujoco, mujoco-mjx); {e}"
-    ) from None
+from mujoco import mjx as _mjx
 
 from .placement import mujoco_quat_to_matrix
 from .scene import _body_id, _inputs, _rootids, _timestep
