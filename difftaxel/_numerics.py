@@ -66,6 +66,26 @@ def safe_pow(x: Array, p: Array) -> Array:
     return jnp.where(pos, jnp.exp(p * jnp.log(xs)), 0.0)
 
 
+def runtime_one(x: Array) -> Array:
+    """A scalar 1 that XLA cannot fold: ``1 + 0 * x.flat[0]`` for a runtime array ``x``
+    (for :func:`compute_once`). It carries no gradient (its derivative is ``0``); a NaN or
+    inf first element of ``x`` makes it NaN."""
+    x = jnp.asarray(x)
+    return 1.0 + 0.0 * x.reshape(-1)[0]
+
+
+def compute_once(one: Array, *xs: Array):
+    """``x / one`` for each ``x``, with ``one`` from :func:`runtime_one`: the same values and
+    gradients (dividing by 1 is exact), but each ``x`` is computed once.
+
+    Why: XLA's CPU fusion copies a cheap producer into every consumer, so a plane used by six
+    output components is recomputed six times; a division is an expensive op, which it never
+    copies. If ``one`` is a compile-time constant, XLA folds the division away (same values).
+    """
+    out = tuple(x / one.astype(x.dtype) for x in xs)
+    return out[0] if len(out) == 1 else out
+
+
 def safe_div(a: Array, b: Array) -> Array:
     """``a / b`` where ``b != 0`` and 0 elsewhere, with finite gradients in both."""
     nz = b != 0

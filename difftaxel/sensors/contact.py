@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
-from .._numerics import cross, safe_pow, skew
+from .._numerics import compute_once, cross, runtime_one, safe_pow, skew
 from .._numerics import eps as _eps
 from .._pytree import derived_field, pytree_dataclass, static_field
 from ..crosstalk import grid_axes, grid_metadata
@@ -415,10 +415,14 @@ class KinematicTaxel(_ContactSensor):
         g, chain = self.reset_gain_and_chain(key)
         return ProbeState(probe_gain=g, chain=chain)
 
-    def _branch(self, q, v_rel, w_rel, p_link, radius, gain):
-        """Force and torque planes ``(Fx, Fy, Fz), (Tx, Ty, Tz)`` each ``[N]`` (link frame)."""
+    def _branch(self, q, v_rel, w_rel, p_link, radius, gain, one):
+        """Force and torque planes ``(Fx, Fy, Fz), (Tx, Ty, Tz)`` each ``[N]`` (link frame).
+
+        ``one`` (:func:`~difftaxel._numerics.runtime_one`) marks the planes computed once and
+        read by every output component; the two branches share those of equal radius."""
         dtype = p_link[0].dtype
         pen_raw, onehot, valid = _winner(self.contact_depth_query, q, radius)
+        pen_raw = compute_once(one, pen_raw)
         active = (radius > 0) & valid
         if self.smoothing > 0:
             pen = clamp_depth(pen_raw, self.smoothing)
@@ -429,8 +433,8 @@ class KinematicTaxel(_ContactSensor):
             gate = contact.astype(dtype)
         gate = jnp.where(active, gate, 0.0)
         pen = jnp.where(active, pen, 0.0) * gain
-        n = [_select(onehot, c) for c in q.normal]
-        v = [_select(onehot, c) for c in v_rel]
+        n = compute_once(one, *(_select(onehot, c) for c in q.normal))
+        v = compute_once(one, *(_select(onehot, c) for c in v_rel))
         w = [_select(onehot, c) for c in w_rel]
         v_n = v[0] * n[0] + v[1] * n[1] + v[2] * n[2]
         s = safe_pow(pen, self.normal_exponent)
@@ -438,8 +442,9 @@ class KinematicTaxel(_ContactSensor):
         g = self.shear_scalar * gate
         # F = a n - g (v - v_n n) = (a + g v_n) n - g v
         b = a + g * v_n
-        F = [b * n[i] - g * v[i] for i in range(3)]
         w_n = self.twist_scalar * gate * (w[0] * n[0] + w[1] * n[1] + w[2] * n[2])
+        b, g, w_n = compute_once(one, b, g, w_n)
+        F = [b * n[i] - g * v[i] for i in range(3)]
         px, py, pz = p_link
         Tq = [
             py * F[2] - pz * F[1] - w_n * n[0],
@@ -481,8 +486,9 @@ class KinematicTaxel(_ContactSensor):
         p_link, q = self._query(inputs)
         r, r_m = self._radii(p_link[0].dtype, key)
         v_rel, w_rel = self._relative_motion(p_link, inputs)
-        F_g, T_g = self._branch(q, v_rel, w_rel, p_link, r, 1.0)
-        F_m, T_m = self._branch(q, v_rel, w_rel, p_link, r_m, state.probe_gain)
+        one = runtime_one(state.probe_gain)  # the state is a runtime value (a scan's carry)
+        F_g, T_g = self._branch(q, v_rel, w_rel, p_link, r, 1.0, one)
+        F_m, T_m = self._branch(q, v_rel, w_rel, p_link, r_m, state.probe_gain, one)
         return F_m, T_m, F_g, T_g
 
     def forces(self, state: ProbeState, inputs: SensorInputs, key=None):
