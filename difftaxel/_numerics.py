@@ -67,20 +67,21 @@ def safe_pow(x: Array, p: Array) -> Array:
 
 
 def runtime_one(x: Array) -> Array:
-    """A scalar 1 that XLA cannot fold: ``1 + 0 * x.flat[0]`` for a runtime array ``x``
-    (for :func:`compute_once`). It carries no gradient (its derivative is ``0``); a NaN or
-    inf first element of ``x`` makes it NaN."""
-    x = jnp.asarray(x)
-    return 1.0 + 0.0 * x.reshape(-1)[0]
+    """Ones shaped like the runtime array ``x``: ``1 + 0 * x``, which XLA cannot fold (for
+    :func:`compute_once`). No gradient flows through it (its derivative is ``0``); where ``x``
+    is NaN or inf it is NaN."""
+    return 1.0 + 0.0 * jnp.asarray(x)
 
 
 def compute_once(one: Array, *xs: Array):
-    """``x / one`` for each ``x``, with ``one`` from :func:`runtime_one`: the same values and
-    gradients (dividing by 1 is exact), but each ``x`` is computed once.
+    """``x / one`` for each ``x``, with ``one`` from :func:`runtime_one` of an array shaped
+    like ``x``: the same values and gradients (dividing by 1 is exact), but each ``x`` is
+    computed once.
 
-    Why: XLA's CPU fusion copies a cheap producer into every consumer, so a plane used by six
+    Why: XLA's CPU fusion copies a cheap producer into every consumer, so a plane read by six
     output components is recomputed six times; a division is an expensive op, which it never
-    copies. If ``one`` is a compile-time constant, XLA folds the division away (same values).
+    copies. The divisor is a full array because XLA rewrites a division by a broadcast scalar
+    as a (cheap) product. If ``one`` is a compile-time constant XLA folds the division away.
     """
     out = tuple(x / one.astype(x.dtype) for x in xs)
     return out[0] if len(out) == 1 else out

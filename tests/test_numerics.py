@@ -95,7 +95,7 @@ def test_compute_once_is_an_exact_identity_in_value_and_gradient():
     """``compute_once`` only changes how XLA fuses: values bit-equal (including -0, inf, huge
     and tiny), gradients equal, the runtime 1 carries no gradient, under jit and eagerly."""
     x = jnp.asarray([-0.0, 0.0, 1e-300, -3.5, 1e300, jnp.inf])
-    g = jnp.asarray([0.7, 1.3, -2.0])
+    g = jnp.asarray([0.7, 1.3, -2.0, 0.1, 5.0, 1.0])
 
     def f(x, g):
         one = runtime_one(g)
@@ -108,7 +108,7 @@ def test_compute_once_is_an_exact_identity_in_value_and_gradient():
         np.testing.assert_array_equal(np.signbit(np.asarray(a)), np.signbit(np.asarray(x)))
         np.testing.assert_array_equal(np.asarray(b), 2 * np.asarray(x))
     xf = x[:5]
-    dx, dg = jax.grad(lambda x, g: jnp.sum(jnp.sin(f(x, g)[0])), argnums=(0, 1))(xf, g)
+    dx, dg = jax.grad(lambda x, g: jnp.sum(jnp.sin(f(x, g)[0])), argnums=(0, 1))(xf, g[:5])
     np.testing.assert_array_equal(np.asarray(dx), np.cos(np.asarray(xf)))
     np.testing.assert_array_equal(np.asarray(dg), 0.0)
-    assert compute_once(runtime_one(g), xf).dtype == xf.dtype
+    assert compute_once(runtime_one(g), x).dtype == x.dtype

@@ -486,7 +486,7 @@ class KinematicTaxel(_ContactSensor):
         p_link, q = self._query(inputs)
         r, r_m = self._radii(p_link[0].dtype, key)
         v_rel, w_rel = self._relative_motion(p_link, inputs)
-        one = runtime_one(state.probe_gain)  # the state is a runtime value (a scan's carry)
+        one = runtime_one(state.probe_gain)  # [N]: the state is a runtime value (a scan's carry)
         F_g, T_g = self._branch(q, v_rel, w_rel, p_link, r, 1.0, one)
         F_m, T_m = self._branch(q, v_rel, w_rel, p_link, r_m, state.probe_gain, one)
         return F_m, T_m, F_g, T_g
