@@ -51,7 +51,9 @@ def _lowbias32(h: Array) -> Array:
 def hash_normal(key, shape: tuple, dtype) -> Array:
     """Standard normal draws from a counter-based hash seeded by ``key`` (the fast generator).
 
-    The key gives two 32-bit seeds (one small threefry call); word ``i`` hashes the counter,
+    The key's data words give two 32-bit seeds (folded and mixed by the same hash, no
+    threefry call: a threefry call costs as much as the draws for a small grid); word ``i``
+    hashes the counter,
     ``lowbias32(lowbias32(i ^ s0) + s1)`` (a bijection of the counter for fixed seeds, so no
     two words of one call share their bits; float64 takes a second word
     ``lowbias32(b ^ s0 ^ 0x9E3779B9)`` per draw), and pairs of words become pairs of normals
@@ -64,7 +66,7 @@ def hash_normal(key, shape: tuple, dtype) -> Array:
     n = int(np.prod(shape))
     dtype = jnp.dtype(dtype)
     h = (n + 1) // 2
-    seed = jax.random.bits(key, (2,), jnp.uint32)
+    seed = _seeds(key)
     i = jnp.arange(2 * h, dtype=jnp.uint32)
     b = _lowbias32(_lowbias32(i ^ seed[0]) + seed[1])
     b2 = (None, None)
@@ -73,6 +75,18 @@ def hash_normal(key, shape: tuple, dtype) -> Array:
         b2 = (c[:h], c[h:])
     z = _box_muller(b[:h], b[h:], *b2, dtype=dtype)
     return jnp.concatenate(z)[:n].reshape(shape)
+
+
+def _seeds(key) -> tuple[Array, Array]:
+    """Two mixed 32-bit seeds from the data words of ``key`` (typed or raw, any impl)."""
+    w = jax.random.key_data(key).reshape(-1).astype(jnp.uint32)
+    a = jnp.uint32(0x243F6A88)  # pi's digits: keys of all-zero data still get mixed seeds
+    for k in range(0, w.shape[0], 2):
+        a = _lowbias32(a ^ w[k])
+    b = _lowbias32(a + jnp.uint32(0x85A308D3))
+    for k in range(1, w.shape[0], 2):
+        b = _lowbias32(b ^ w[k])
+    return a, b
 
 
 def _taylor(coefs: tuple, x2: Array) -> Array:
