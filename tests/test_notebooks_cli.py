@@ -16,8 +16,10 @@ NB = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
 
 def _notebooks():
     for p in sorted(NB.glob("*.ipynb")):
-        # the MJX notebook needs the optional extra and compiles a whole hand: a slow case
-        marks = [pytest.mark.slow] if "mjx" in p.name else []
+        # slow cases (CI runs them): the MJX notebook needs the optional extra and compiles a
+        # whole hand; the bind-pose calibration notebook takes about 20 s at reduced size
+        slow = "mjx" in p.name or "calibrate_bind_poses" in p.name
+        marks = [pytest.mark.slow] if slow else []
         yield pytest.param(p.name, marks=marks, id=p.name)
 
 
