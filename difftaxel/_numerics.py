@@ -87,6 +87,16 @@ def compute_once(one: Array, *xs: Array):
     return out[0] if len(out) == 1 else out
 
 
+def stack_rows(planes) -> Array:
+    """``jnp.stack(planes, 0)``: planes of one shape ``[...]`` as rows ``[C, ...]``.
+
+    Why: under ``vmap``, ``jnp.stack`` puts its new axis ahead of the batch axis
+    (``[C, E, ...]``), so a product over the rows and every state laid out ``[E, C, ...]`` pay
+    a transpose; a reshape puts the batch axis first.
+    """
+    return jnp.concatenate([jnp.reshape(p, (1,) + jnp.shape(p)) for p in planes], 0)
+
+
 def safe_div(a: Array, b: Array) -> Array:
     """``a / b`` where ``b != 0`` and 0 elsewhere, with finite gradients in both."""
     nz = b != 0

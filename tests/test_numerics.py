@@ -112,3 +112,16 @@ def test_compute_once_is_an_exact_identity_in_value_and_gradient():
     np.testing.assert_array_equal(np.asarray(dx), np.cos(np.asarray(xf)))
     np.testing.assert_array_equal(np.asarray(dg), 0.0)
     assert compute_once(runtime_one(g), x).dtype == x.dtype
+
+
+def test_stack_rows_is_stack_and_puts_the_batch_axis_first_under_vmap():
+    from difftaxel._numerics import stack_rows
+
+    p = [jnp.arange(6.0).reshape(2, 3) + i for i in range(4)]
+    np.testing.assert_array_equal(stack_rows(p), jnp.stack(p, 0))
+    batched = [jnp.arange(30.0).reshape(5, 2, 3) * (i + 1) for i in range(4)]
+    out = jax.vmap(stack_rows)(batched)
+    np.testing.assert_array_equal(out, jax.vmap(lambda *q: jnp.stack(q, 0))(*batched))
+    # no transpose in the lowered program: the rows stack behind the batch axis
+    txt = jax.jit(jax.vmap(stack_rows)).lower(batched).as_text()
+    assert "transpose" not in txt

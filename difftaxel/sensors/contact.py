@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
-from .._numerics import compute_once, cross, runtime_one, safe_pow, skew
+from .._numerics import compute_once, cross, runtime_one, safe_pow, skew, stack_rows
 from .._numerics import eps as _eps
 from .._pytree import derived_field, pytree_dataclass, static_field
 from ..crosstalk import grid_axes, grid_metadata
@@ -523,7 +523,7 @@ class KinematicTaxel(_ContactSensor):
             # the backward pass materialise padded cotangents)
             meas = TaxelReading(jnp.stack(F_m, -1).reshape(gshp), jnp.stack(T_m, -1).reshape(gshp))
             return state, Reading(meas, truth)
-        v = jnp.stack(F_m + T_m, axis=0)  # [6, N], channels first
+        v = stack_rows(F_m + T_m)  # [6, N], channels first
         xt = self.crosstalk_args(v.dtype) if imp.has_crosstalk else None
         chain, v = imp.run(state.chain, v, inputs.dt, k_hw, k_d, crosstalk=xt)
         state = ProbeState(probe_gain=state.probe_gain, chain=chain)
