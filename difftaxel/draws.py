@@ -19,7 +19,7 @@ import numpy as np
 
 Array = jax.Array
 
-__all__ = ["hash_normal", "standard_normal"]
+__all__ = ["hash_normal", "split_key", "standard_normal"]
 
 
 def standard_normal(key, shape: tuple, dtype) -> Array:
@@ -37,6 +37,46 @@ def standard_normal(key, shape: tuple, dtype) -> Array:
     b = jax.random.bits(key, (w, h), jnp.uint32)
     z = _box_muller(b[0], b[1], *((b[2], b[3]) if w == 4 else (None, None)), dtype=dtype)
     return jnp.concatenate(z)[:n].reshape(shape)
+
+
+def _rotl(x: Array, r: int) -> Array:
+    return (x << jnp.uint32(r)) | (x >> jnp.uint32(32 - r))
+
+
+def _threefry2x32(k1: Array, k2: Array, x1: Array, x2: Array) -> tuple[Array, Array]:
+    """Threefry-2x32 (20 rounds, Random123), the hash of ``jax.random``, unrolled."""
+    rot = ((13, 15, 26, 6), (17, 29, 16, 24))
+    ks = (k1, k2, k1 ^ k2 ^ jnp.uint32(0x1BD11BDA))
+    x1, x2 = x1 + ks[0], x2 + ks[1]
+    for i in range(5):
+        for r in rot[i % 2]:
+            x1 = x1 + x2
+            x2 = _rotl(x2, r) ^ x1
+        x1 = x1 + ks[(i + 1) % 3]
+        x2 = x2 + ks[(i + 2) % 3] + jnp.uint32(i + 1)
+    return x1, x2
+
+
+def split_key(key, num: int) -> tuple:
+    """``tuple(jax.random.split(key, num))``, bit for bit, for threefry keys (typed or raw).
+
+    Why: on CPU ``jax.random`` runs threefry as a rolled loop of five launches, which costs a
+    small sensor step more than its arithmetic; this is the same hash unrolled into one fusion.
+    Other key implementations, or ``jax_threefry_partitionable`` off, use
+    ``jax.random.split``.
+    """
+    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+    impl = str(jax.random.key_impl(key)) if typed else "threefry2x32"
+    if "threefry" not in impl or not jax.config.jax_threefry_partitionable or key.ndim:
+        return tuple(jax.random.split(key, num))
+    d = jax.random.key_data(key).astype(jnp.uint32)
+    b1, b2 = _threefry2x32(
+        d[0], d[1], jnp.zeros(num, jnp.uint32), jnp.arange(num, dtype=jnp.uint32)
+    )
+    out = jnp.stack([b1, b2], axis=-1)
+    if typed:
+        out = jax.random.wrap_key_data(out, impl=jax.random.key_impl(key))
+    return tuple(out[i] for i in range(num))
 
 
 def _lowbias32(h: Array) -> Array:

@@ -635,3 +635,24 @@ def test_crosstalk_paths_agree(crosstalk_scene, groups):
         np.testing.assert_allclose(crosstalk_correlate(field, K[g]), ref, rtol=1e-12, atol=1e-14)
     rows = rows.T
     assert np.all(np.asarray(rows)[~np.asarray(active)] == 0)
+
+
+def test_split_key_is_jax_random_split_bit_for_bit():
+    """The unrolled threefry split equals ``jax.random.split`` for typed and raw keys, under
+    jit and vmap; other key implementations fall back to ``jax.random.split``."""
+    from difftaxel.draws import split_key
+
+    data = jax.random.key_data
+
+    def same(a, b):
+        np.testing.assert_array_equal(np.stack([data(x) for x in a]), data(b))
+
+    for key in (jax.random.key(0), jax.random.key(2**31 + 5), jax.random.PRNGKey(7)):
+        for num in (1, 3, 4):
+            same(split_key(key, num), jax.random.split(key, num))
+            same(jax.jit(split_key, static_argnums=1)(key, num), jax.random.split(key, num))
+    keys = jax.random.split(jax.random.key(9), 5)
+    got = jax.vmap(lambda k: jnp.stack([data(x) for x in split_key(k, 3)]))(keys)
+    np.testing.assert_array_equal(got, jax.vmap(lambda k: data(jax.random.split(k, 3)))(keys))
+    rbg = jax.random.key(3, impl="rbg")
+    same(split_key(rbg, 3), jax.random.split(rbg, 3))

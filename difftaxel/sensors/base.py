@@ -24,6 +24,7 @@ from .. import pose as _pose
 from .._numerics import smooth_relu
 from .._pytree import Options, derived_field, pytree_dataclass, static_field
 from .._validate import check_finite, check_pose, check_shape
+from ..draws import split_key
 from ..geometry import Bodies
 from ..imperfections import Imperfections
 
@@ -175,8 +176,7 @@ def split3(key):
     """Three independent keys (radius noise, hardware chain, delay/jitter), or Nones."""
     if key is None:
         return None, None, None
-    k = jax.random.split(key, 3)
-    return k[0], k[1], k[2]
+    return split_key(key, 3)
 
 
 # ----------------------------------------------------------------------------- validation
