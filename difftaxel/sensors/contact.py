@@ -528,5 +528,6 @@ class KinematicTaxel(_ContactSensor):
         chain, v = imp.run(state.chain, v, inputs.dt, k_hw, k_d, crosstalk=xt)
         state = ProbeState(probe_gain=state.probe_gain, chain=chain)
         shp = self._out_shape((3,))
-        F, T = jnp.swapaxes(v[..., :3, :], -1, -2), jnp.swapaxes(v[..., 3:, :], -1, -2)
+        F = jnp.stack([v[..., i, :] for i in range(3)], -1)
+        T = jnp.stack([v[..., i, :] for i in range(3, 6)], -1)
         return state, Reading(TaxelReading(F.reshape(shp), T.reshape(shp)), truth)
