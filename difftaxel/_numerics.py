@@ -52,18 +52,43 @@ def safe_normalize(x: Array, axis: int = -1, floor: float | None = None) -> Arra
     return x / jnp.maximum(n, f)
 
 
+def _pow_value(x: Array, p: Array) -> Array:
+    pos = x > 0
+    xs = jnp.where(pos, x, 1.0)
+
+    def general():
+        return jnp.where(pos, jnp.exp(p * jnp.log(xs)), 0.0)
+
+    if jnp.ndim(p) == 0:  # the common exponent 1 costs no exp and log (a scalar branch)
+        return jax.lax.cond(p == 1, lambda: jnp.where(pos, x, 0.0), general)
+    return general()
+
+
+@jax.custom_jvp
 def safe_pow(x: Array, p: Array) -> Array:
     """``x ** p`` for ``x >= 0``, ``p >= 1``: 0 at ``x == 0`` with finite derivatives in x and p.
 
     The derivative in ``p`` is ``x**p log x`` which tends to 0 at ``x -> 0``; the naive form
-    gives ``0 * -inf = NaN`` there.
+    gives ``0 * -inf = NaN`` there. At ``x == 0`` both derivatives are 0.
 
     Written as ``exp(p log x)``: XLA's CPU backend vectorises ``exp`` and ``log`` but lowers a
-    ``pow`` with a traced exponent to a scalar call per element.
+    ``pow`` with a traced exponent to a scalar call per element. A scalar ``p`` equal to 1 (a
+    KinematicTaxel's default) takes a branch that returns ``x`` itself; the derivatives are
+    the same on both branches (a custom JVP).
     """
+    return _pow_value(x, p)
+
+
+@safe_pow.defjvp
+def _safe_pow_jvp(primals, tangents):
+    x, p = primals
+    tx, tp = tangents
+    out = safe_pow(x, p)
     pos = x > 0
     xs = jnp.where(pos, x, 1.0)
-    return jnp.where(pos, jnp.exp(p * jnp.log(xs)), 0.0)
+    lx = jnp.log(xs)
+    t = out * (p * tx / xs + tp * lx)
+    return out, jnp.where(pos, t, 0.0)
 
 
 def runtime_one(x: Array) -> Array:

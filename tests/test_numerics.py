@@ -125,3 +125,24 @@ def test_stack_rows_is_stack_and_puts_the_batch_axis_first_under_vmap():
     # no transpose in the lowered program: the rows stack behind the batch axis
     txt = jax.jit(jax.vmap(stack_rows)).lower(batched).as_text()
     assert "transpose" not in txt
+
+
+def test_safe_pow_exponent_one_branch_keeps_the_derivatives():
+    """``p == 1`` returns ``x`` itself (no exp/log), yet the derivative in ``p`` is still
+    ``x log x`` (an option's gradient never vanishes on a shortcut); ``p`` batched under vmap
+    takes the general form; 0 at ``x == 0`` with zero, finite derivatives."""
+    from difftaxel._numerics import safe_pow
+
+    x = jnp.asarray([0.0, 1e-3, 0.5, 2.0])
+    np.testing.assert_array_equal(safe_pow(x, jnp.asarray(1.0)), x)
+    for p in (1.0, 1.5):
+        gp = jax.grad(lambda q, p=p: jnp.sum(safe_pow(x, q)))(jnp.asarray(p))
+        ref = np.sum(np.where(x > 0, x**p * np.log(np.where(x > 0, x, 1.0)), 0.0))
+        np.testing.assert_allclose(gp, ref, rtol=1e-12)
+        gx = jax.grad(lambda y, p=p: jnp.sum(safe_pow(y, jnp.asarray(p))))(x)
+        np.testing.assert_allclose(gx, np.where(x > 0, p * x ** (p - 1), 0.0), rtol=1e-12)
+        check_grad_fd(lambda q, p=p: jnp.sum(safe_pow(x[1:], q)), jnp.asarray(p))
+    ps = jnp.asarray([1.0, 1.5])
+    out = jax.vmap(lambda q: safe_pow(x, q))(ps)
+    np.testing.assert_allclose(out[1], np.where(x > 0, x**1.5, 0.0), rtol=1e-12)
+    np.testing.assert_allclose(out[0], x, rtol=1e-15)
