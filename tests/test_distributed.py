@@ -49,6 +49,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # 10-35 s; CI runs it with the slow cases
 def test_distributed_two_processes_match_one(tmp_path):
     out = tmp_path / "two.json"
     port = str(_free_port())

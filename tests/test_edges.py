@@ -147,6 +147,7 @@ def test_reader_refuses_every_broken_recording_naming_the_file(tmp_path):
         HandSkeletonRef((1, 2.7))
 
 
+@pytest.mark.slow  # 10-35 s; CI runs it with the slow cases
 def test_cli_errors_are_one_line_and_exit_2(tmp_path):
     good, bad = _bad_recordings(tmp_path)
     for name in ("truncated", "missing_frames", "version99", "fractional_index"):

@@ -147,6 +147,7 @@ def test_mjx_twists_match_mujoco_object_velocity():
         )
 
 
+@pytest.mark.slow  # 10-35 s; CI runs it with the slow cases
 def test_mjx_rollout_reads_the_resting_ball_vmap_and_gating(pad_ball):
     m, mx, scene, sensor = pad_ball
     d0 = mjx.make_data(mx)

@@ -50,6 +50,7 @@ def test_four_notebooks_exist():
     assert len(names) == 4
 
 
+@pytest.mark.slow  # 10-35 s; CI runs it with the slow cases
 def test_cli_demo_quick_prints_table(tmp_path, capsys):
     assert main(["demo", "--quick", "--no-plots", "--out", str(tmp_path)]) == 0
     cap = capsys.readouterr()

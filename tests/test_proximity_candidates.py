@@ -67,6 +67,7 @@ def scene():
     return _scene()
 
 
+@pytest.mark.slow  # 10-35 s; CI runs it with the slow cases
 def test_preselection_equals_exhaustive_and_flags_overflow(scene):
     grid, track, inp = scene
     full = _sensor(grid, track)
@@ -111,6 +112,7 @@ def test_preselection_equals_exhaustive_and_flags_overflow(scene):
     assert not bool(st_f.candidate_overflow)
 
 
+@pytest.mark.slow  # 10-35 s; CI runs it with the slow cases
 def test_preselection_gradients(scene):
     grid, track, inp = scene
     sel = _sensor(
@@ -142,6 +144,7 @@ def test_preselection_gradients(scene):
     )
 
 
+@pytest.mark.slow  # 10-35 s; CI runs it with the slow cases
 def test_preselection_vmap_matches_loop(scene):
     grid, track, inp = scene
     sel = _sensor(grid, track, probe_radius_noise=0.0, max_candidates=64)

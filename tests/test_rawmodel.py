@@ -134,6 +134,7 @@ def test_detect_saturation_ignores_a_rest_level():
     assert detect_saturation(raw, force).hi[0] != 1200 and T == 400
 
 
+@pytest.mark.slow  # 10-35 s; CI runs it with the slow cases
 def test_channel_delay_is_recovered():
     log, noise = falling_log(T=900, N=1, floor=-1e9, delay=2.5, seed=3)
     f = fit_raw_model(log, delay=True, train_fraction=0.7)

@@ -7,10 +7,12 @@ import re
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
+@pytest.mark.slow  # 10-35 s; CI runs it with the slow cases
 def test_readme_python_blocks_run():
     text = README.read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)

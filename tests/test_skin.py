@@ -175,6 +175,7 @@ def test_pressure_only_skin_recovered_from_3mm_off(shape):
     assert "never excited" in f.report()
 
 
+@pytest.mark.slow  # 10-35 s; CI runs it with the slow cases
 def test_unexcited_and_unidentifiable_taxels_are_reported_and_kept():
     lay = LinkLayout.make([[0, 0, 0], [4e-3, 0, 0], [0.5, 0, 0]], np.tile([0, 0, 1.0], (3, 1)))
     rng = np.random.default_rng(2)
@@ -222,6 +223,7 @@ def test_calibrate_layout_errors():
 # ----------------------------------------------------------------------------- files and CLI
 
 
+@pytest.mark.slow  # 10-35 s; CI runs it with the slow cases
 def test_link_recording_round_trip_and_cli(tmp_path, capsys):
     true = curved_patch(4, 4)
     rng = np.random.default_rng(3)
