@@ -93,22 +93,33 @@ def _safe_pow_jvp(primals, tangents):
 
 def runtime_one(x: Array) -> Array:
     """Ones shaped like the runtime array ``x``: ``1 + 0 * x``, which XLA cannot fold (for
-    :func:`compute_once`). No gradient flows through it (its derivative is ``0``); where ``x``
-    is NaN or inf it is NaN."""
-    return 1.0 + 0.0 * jnp.asarray(x)
+    :func:`compute_once`). No gradient flows through it (a stop_gradient: its derivative is 0,
+    and the backward pass need not compute the zero); where ``x`` is NaN or inf it is NaN."""
+    return jax.lax.stop_gradient(1.0 + 0.0 * jnp.asarray(x))
+
+
+@jax.custom_jvp
+def _divide_by_one(x: Array, one: Array) -> Array:
+    return x / one
+
+
+@_divide_by_one.defjvp
+def _divide_by_one_jvp(primals, tangents):
+    x, one = primals
+    return x / one, tangents[0]  # one == 1: the tangent passes through (no division)
 
 
 def compute_once(one: Array, *xs: Array):
     """``x / one`` for each ``x``, with ``one`` from :func:`runtime_one` of an array shaped
-    like ``x``: the same values and gradients (dividing by 1 is exact), but each ``x`` is
-    computed once.
+    like ``x``: the same values and gradients (dividing by 1 is exact, and the derivative is
+    the identity), but each ``x`` is computed once.
 
     Why: XLA's CPU fusion copies a cheap producer into every consumer, so a plane read by six
     output components is recomputed six times; a division is an expensive op, which it never
     copies. The divisor is a full array because XLA rewrites a division by a broadcast scalar
     as a (cheap) product. If ``one`` is a compile-time constant XLA folds the division away.
     """
-    out = tuple(x / one.astype(x.dtype) for x in xs)
+    out = tuple(_divide_by_one(x, one.astype(x.dtype)) for x in xs)
     return out[0] if len(out) == 1 else out
 
 

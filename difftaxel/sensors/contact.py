@@ -486,7 +486,9 @@ class KinematicTaxel(_ContactSensor):
         p_link, q = self._query(inputs)
         r, r_m = self._radii(p_link[0].dtype, key)
         v_rel, w_rel = self._relative_motion(p_link, inputs)
-        one = runtime_one(state.probe_gain)  # [N]: the state is a runtime value (a scan's carry)
+        # [N] ones from what is a runtime value in any real step: the gain (a scan's carry), the
+        # probes (a traced sensor) or the object's pose; unfoldable even if two are constants
+        one = runtime_one(state.probe_gain + p_link[0] + inputs.bodies.poses[0, 0])
         F_g, T_g = self._branch(q, v_rel, w_rel, p_link, r, 1.0, one)
         F_m, T_m = self._branch(q, v_rel, w_rel, p_link, r_m, state.probe_gain, one)
         return F_m, T_m, F_g, T_g
