@@ -34,7 +34,7 @@ def standard_normal(key, shape: tuple, dtype) -> Array:
     dtype = jnp.dtype(dtype)
     h = (n + 1) // 2
     w = 4 if dtype.itemsize >= 8 else 2
-    b = jax.random.bits(key, (w, h), jnp.uint32)
+    b = _bits32(key, (w, h))
     z = _box_muller(b[0], b[1], *((b[2], b[3]) if w == 4 else (None, None)), dtype=dtype)
     return jnp.concatenate(z)[:n].reshape(shape)
 
@@ -57,6 +57,25 @@ def _threefry2x32(k1: Array, k2: Array, x1: Array, x2: Array) -> tuple[Array, Ar
     return x1, x2
 
 
+def _unrolled_threefry_ok(key) -> bool:
+    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+    impl = str(jax.random.key_impl(key)) if typed else "threefry2x32"
+    return "threefry" in impl and bool(jax.config.jax_threefry_partitionable) and not key.ndim
+
+
+def _bits32(key, shape: tuple) -> Array:
+    """``jax.random.bits(key, shape, uint32)``, bit for bit, with the threefry hash unrolled
+    (one fusion with its consumer instead of a rolled loop over materialised words); other
+    key implementations call ``jax.random.bits``."""
+    n = int(np.prod(shape))
+    if not _unrolled_threefry_ok(key) or n >= 2**32:
+        return jax.random.bits(key, shape, jnp.uint32)
+    d = jax.random.key_data(key).astype(jnp.uint32)
+    lo = jnp.arange(n, dtype=jnp.uint32).reshape(shape)
+    b1, b2 = _threefry2x32(d[0], d[1], jnp.zeros(shape, jnp.uint32), lo)
+    return b1 ^ b2
+
+
 def split_key(key, num: int) -> tuple:
     """``tuple(jax.random.split(key, num))``, bit for bit, for threefry keys (typed or raw).
 
@@ -65,10 +84,9 @@ def split_key(key, num: int) -> tuple:
     Other key implementations, or ``jax_threefry_partitionable`` off, use
     ``jax.random.split``.
     """
-    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-    impl = str(jax.random.key_impl(key)) if typed else "threefry2x32"
-    if "threefry" not in impl or not jax.config.jax_threefry_partitionable or key.ndim:
+    if not _unrolled_threefry_ok(key):
         return tuple(jax.random.split(key, num))
+    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
     d = jax.random.key_data(key).astype(jnp.uint32)
     b1, b2 = _threefry2x32(
         d[0], d[1], jnp.zeros(num, jnp.uint32), jnp.arange(num, dtype=jnp.uint32)

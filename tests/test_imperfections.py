@@ -656,3 +656,21 @@ def test_split_key_is_jax_random_split_bit_for_bit():
     np.testing.assert_array_equal(got, jax.vmap(lambda k: data(jax.random.split(k, 3)))(keys))
     rbg = jax.random.key(3, impl="rbg")
     same(split_key(rbg, 3), jax.random.split(rbg, 3))
+
+
+def test_bits32_is_jax_random_bits_bit_for_bit():
+    """``standard_normal``'s words: ``jax.random.bits`` with the threefry hash unrolled, equal
+    for typed and raw keys and every shape, under jit and vmap; rbg keys fall back."""
+    from difftaxel.draws import _bits32
+
+    keys = (jax.random.key(0), jax.random.PRNGKey(5), jax.random.key(1, impl="rbg"))
+    for key in keys:
+        for shape in ((), (0,), (2, 363), (4, 5, 3)):
+            ref = jax.random.bits(key, shape, jnp.uint32)
+            np.testing.assert_array_equal(_bits32(key, shape), ref)
+            np.testing.assert_array_equal(jax.jit(_bits32, static_argnums=1)(key, shape), ref)
+    ks = jax.random.split(jax.random.key(9), 4)
+    np.testing.assert_array_equal(
+        jax.vmap(lambda k: _bits32(k, (3, 7)))(ks),
+        jax.vmap(lambda k: jax.random.bits(k, (3, 7), jnp.uint32))(ks),
+    )
