@@ -19,7 +19,7 @@ import numpy as np
 
 Array = jax.Array
 
-__all__ = ["hash_normal", "split_key", "standard_normal"]
+__all__ = ["hash_normal", "standard_normal"]
 
 
 def standard_normal(key, shape: tuple, dtype) -> Array:
@@ -63,16 +63,21 @@ def _unrolled_threefry_ok(key) -> bool:
     return "threefry" in impl and bool(jax.config.jax_threefry_partitionable) and not key.ndim
 
 
+def _threefry_counts(key, shape: tuple) -> tuple[Array, Array]:
+    """The two threefry words of counters ``0 .. prod(shape) - 1`` under ``key`` (what
+    ``jax.random`` hashes for ``split`` and ``bits`` with partitionable threefry)."""
+    d = jax.random.key_data(key).astype(jnp.uint32)
+    lo = jnp.arange(int(np.prod(shape)), dtype=jnp.uint32).reshape(shape)
+    return _threefry2x32(d[0], d[1], jnp.zeros(shape, jnp.uint32), lo)
+
+
 def _bits32(key, shape: tuple) -> Array:
     """``jax.random.bits(key, shape, uint32)``, bit for bit, with the threefry hash unrolled
     (one fusion with its consumer instead of a rolled loop over materialised words); other
     key implementations call ``jax.random.bits``."""
-    n = int(np.prod(shape))
-    if not _unrolled_threefry_ok(key) or n >= 2**32:
+    if not _unrolled_threefry_ok(key) or int(np.prod(shape)) >= 2**32:
         return jax.random.bits(key, shape, jnp.uint32)
-    d = jax.random.key_data(key).astype(jnp.uint32)
-    lo = jnp.arange(n, dtype=jnp.uint32).reshape(shape)
-    b1, b2 = _threefry2x32(d[0], d[1], jnp.zeros(shape, jnp.uint32), lo)
+    b1, b2 = _threefry_counts(key, shape)
     return b1 ^ b2
 
 
@@ -86,13 +91,8 @@ def split_key(key, num: int) -> tuple:
     """
     if not _unrolled_threefry_ok(key):
         return tuple(jax.random.split(key, num))
-    typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-    d = jax.random.key_data(key).astype(jnp.uint32)
-    b1, b2 = _threefry2x32(
-        d[0], d[1], jnp.zeros(num, jnp.uint32), jnp.arange(num, dtype=jnp.uint32)
-    )
-    out = jnp.stack([b1, b2], axis=-1)
-    if typed:
+    out = jnp.stack(_threefry_counts(key, (num,)), axis=-1)
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         out = jax.random.wrap_key_data(out, impl=jax.random.key_impl(key))
     return tuple(out[i] for i in range(num))
 
