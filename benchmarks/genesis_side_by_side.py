@@ -102,12 +102,13 @@ def genesis_worker(name: str, E: int, steps: int) -> dict:
         "elastomer": lambda: gs.sensors.ElastomerTaxel(**common, **track, n_sample_points=400),
         "proximity": lambda: gs.sensors.ProximityTaxel(**common, **track, n_sample_points=2000),
     }
-    scene.add_sensor(opts[name]())
+    sensor = scene.add_sensor(opts[name]())
     scene.build(n_envs=E)
     rng = np.random.default_rng(0)
     pos = np.zeros((E, 3))
     pos[:, :2] = rng.uniform(-0.005, 0.005, (E, 2))
-    pos[:, 2] = 0.005 + 0.01 - rng.uniform(0.0005, 0.0015, E)
+    # world z: the pad's link origin (5 mm) + its top face (5 mm) + the radius - the depth
+    pos[:, 2] = 0.005 + 0.005 + 0.01 - rng.uniform(0.0005, 0.0015, E)
     vel = np.tile([0.08, 0, 0, 0, 0, 1.0], (E, 1))
     timer = scene.sim.step_timer
     times = []
@@ -117,7 +118,9 @@ def genesis_worker(name: str, E: int, steps: int) -> dict:
         scene.step()
         if k >= 3:
             times.append(timer.timings["sensors"])
-    return {"seconds": statistics.median(times)}
+    out = sensor.read()
+    first = out if isinstance(out, torch.Tensor) else out[0]
+    return {"seconds": statistics.median(times), "nonzero": float((first != 0).double().mean())}
 
 
 # ------------------------------------------------------------------------ the difftaxel worker
@@ -128,9 +131,13 @@ def difftaxel_worker(name: str, E: int, rounds: int) -> dict:
     from _common import time_interleaved
     from bench_sensors import sensor_step_case, sensors
 
+    import jax
+    import numpy as np
+
     fn, args = sensor_step_case(sensors()[name], E)
     _, med, _ = time_interleaved({name: (fn, args)}, rounds=rounds)
-    return {"seconds": med[name]}
+    first = np.asarray(jax.tree.leaves(jax.jit(fn)(*args)[1].measured)[0])
+    return {"seconds": med[name], "nonzero": float(np.mean(first != 0))}
 
 
 # ------------------------------------------------------------------------ orchestration
@@ -175,20 +182,22 @@ def main() -> None:
     for r in range(a.rounds):
         for E in a.envs:
             for name in a.only:
-                runs = {}
+                runs, touched = {}, {}
                 order = ("genesis", "difftaxel") if r % 2 == 0 else ("difftaxel", "genesis")
                 for side in order:
                     py = a.genesis_python if side == "genesis" else sys.executable
                     cmd = [*pin, py, me, "--worker", side, name, str(E), "--steps", str(a.steps)]
                     cmd += ["--warm-allocator"] if a.warm_allocator else []
-                    runs[side] = _run(cmd, env)["seconds"]
+                    res = _run(cmd, env)
+                    runs[side], touched[side] = res["seconds"], res["nonzero"]
                 g_s[str(E)][name].append(runs["genesis"])
                 d_s[str(E)][name].append(runs["difftaxel"])
                 ratios[str(E)][name].append(runs["genesis"] / runs["difftaxel"])
                 print(
                     f"round {r} {E:5d} envs {name:16s} genesis {runs['genesis'] * 1e3:9.3f} ms "
                     f"difftaxel {runs['difftaxel'] * 1e3:9.3f} ms ratio "
-                    f"{runs['genesis'] / runs['difftaxel']:7.2f}",
+                    f"{runs['genesis'] / runs['difftaxel']:7.2f} nonzero readings "
+                    f"{touched['genesis']:.3f} / {touched['difftaxel']:.3f}",
                     flush=True,
                 )
     med = lambda d: {E: {k: statistics.median(v) for k, v in x.items()} for E, x in d.items()}  # noqa: E731
