@@ -136,7 +136,9 @@ def sensor_step_case(sensor, E: int):
     states = jax.jit(step)(sensor, states, poses, keys)[0]
     reading = jax.jit(step)(sensor, states, poses, keys)[1].measured
     if not any(bool(np.any(np.asarray(x) != 0)) for x in jax.tree.leaves(reading)):
-        raise RuntimeError(f"{type(sensor).__name__} reads only zeros: the scene is not the one meant")
+        raise RuntimeError(
+            f"{type(sensor).__name__} reads only zeros: the scene is not the one meant"
+        )
     if bool(np.any(getattr(states, "candidate_overflow", False))):
         raise RuntimeError(
             f"{type(sensor).__name__}(max_candidates={sensor.max_candidates}) overflows on "

@@ -128,11 +128,10 @@ def genesis_worker(name: str, E: int, steps: int) -> dict:
 
 def difftaxel_worker(name: str, E: int, rounds: int) -> dict:
     sys.path.insert(0, str(HERE))
-    from _common import time_interleaved
-    from bench_sensors import sensor_step_case, sensors
-
     import jax
     import numpy as np
+    from _common import time_interleaved
+    from bench_sensors import sensor_step_case, sensors
 
     fn, args = sensor_step_case(sensors()[name], E)
     _, med, _ = time_interleaved({name: (fn, args)}, rounds=rounds)
