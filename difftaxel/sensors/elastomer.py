@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
-from .._numerics import dot, safe_pow
+from .._numerics import compute_once, dot, runtime_one, safe_pow
 from .._numerics import eps as _eps
 from .._pytree import pytree_dataclass, replace, static_field
 from ..crosstalk import grid_axes
@@ -428,7 +428,10 @@ class ElastomerTaxel(PointCloudSensor):
         pts, _, _, msk = self.track_points.world(inputs, dtype)
         R = _pose.quat_to_matrix(T[3:])
         y = _pose.matrix_apply(R.T, -(R.T @ T[:3]), pts)  # [M, 3] link frame
+        # y and sd feed six [M, 3] updates; computed once, not once per consumer element
+        y = compute_once(runtime_one(state.anchor_entry), y)
         sd = jnp.where(msk, self._surface_sd(y), 1e6)
+        sd = compute_once(runtime_one(state.anchor_entry[:, 0]), sd)
         D = jnp.maximum(-sd, 0.0)
         release = sd > -self.release_threshold
         enter = (~state.anchored) & (sd < -self.contact_threshold)
@@ -455,8 +458,10 @@ class ElastomerTaxel(PointCloudSensor):
         delta = y - entry  # [M, 3]
         base = anchored & (D > eps)
         if n.shape[0] == 1:  # one normal: the per-pair test is per point
-            dn = delta @ n[0]
-            base = base & (jnp.sum(delta * delta, -1) - dn * dn > eps * eps)
+            # written out: XLA sends a [M, 3] x [3] product and a 3-wide sum to a slow library call
+            dx, dy, dz = delta[:, 0], delta[:, 1], delta[:, 2]
+            dn = dx * n[0, 0] + dy * n[0, 1] + dz * n[0, 2]
+            base = base & (dx * dx + dy * dy + dz * dz - dn * dn > eps * eps)
         w = jnp.where(base, D, 0.0)  # [M]; 0 for points that never contribute
         u = shear_sums(x, n, y, delta, w, self.lambda_s.astype(dtype), float(eps))
         return self.shear_scale * u
