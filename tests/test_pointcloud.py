@@ -539,3 +539,28 @@ def test_elastomer_stale_aabb_rule():
     np.testing.assert_array_equal(np.asarray(stale.depths(same)), H)
     with pytest.raises(ValueError, match="inputs.body_poses_start: ElastomerTaxel"):
         stale.depths(make_inputs(link, box))
+
+
+def test_tracked_frame_planes_equal_world_then_link():
+    """``frame_planes``: each body's pose composed with the frame's inverse first, equal to the
+    world positions mapped by the inverse frame pose (two bodies, one masked)."""
+    rng = np.random.default_rng(3)
+    pts = rng.normal(size=(7, 3)) * 0.01
+    tr = TrackedPoints(points=pts, segments=((1, 3), (0, 4)))
+    poses = np.array(
+        [[0.01, -0.02, 0.03, 0.3, -0.2, 0.9, 1.7], [-0.01, 0, 0.02, 0.9, 0.1, 0, -0.3]]
+    )
+    poses[:, 3:] /= np.linalg.norm(poses[:, 3:], axis=1, keepdims=True)
+    b = dt.Bodies((dt.Sphere(radius=0.01), dt.Sphere(radius=0.01)), poses)
+    T = np.array([0.002, 0.004, -0.001, 0.7, 0.2, -0.4, 0.1])
+    T[3:] /= np.linalg.norm(T[3:])
+    inp = make_inputs(T, b, body_mask=np.array([True, False]))
+    y, msk = tr.frame_planes(inp, jnp.asarray(T), jnp.float64)
+    world, _, _, msk_w = tr.world(inp, jnp.float64)
+    R = dt.pose.quat_to_matrix(jnp.asarray(T[3:]))
+    want = (world - T[None, :3]) @ R  # R^T (p - t), row by row
+    np.testing.assert_allclose(y.stack(), want, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(msk, [False] * 3 + [True] * 4)
+    np.testing.assert_array_equal(msk, msk_w)
+    with pytest.raises(ValueError, match="TrackedPoints.segments: body 2"):
+        TrackedPoints(points=pts, segments=((2, 7),)).frame_planes(inp, T, jnp.float32)

@@ -425,9 +425,8 @@ class ElastomerTaxel(PointCloudSensor):
         """New anchors and the shear field ``[N, 3]`` (link frame) from the tracked points."""
         T = inputs.T_world_link
         dtype = T.dtype
-        pts, _, _, msk = self.track_points.world(inputs, dtype)
-        R = _pose.quat_to_matrix(T[3:])
-        y = _pose.matrix_apply(R.T, -(R.T @ T[:3]), pts)  # [M, 3] link frame
+        y, msk = self.track_points.frame_planes(inputs, T, dtype)
+        y = y.stack()  # [M, 3] link frame
         # y and sd feed six [M, 3] updates; computed once, not once per consumer element
         y = compute_once(runtime_one(state.anchor_entry), y)
         sd = jnp.where(msk, self._surface_sd(y), 1e6)

@@ -110,6 +110,28 @@ class TrackedPoints:
         )
         return pos, vel, ang, jnp.concatenate(msk)
 
+    def frame_planes(self, inputs, T_world_frame: Array, dtype):
+        """Positions (:class:`Planes` of ``[M]``, m) in the frame at world pose
+        ``T_world_frame [7]`` (e.g. the sensor link), and the body mask ``[M]``.
+
+        Each body's rotation and position are composed with the frame's first (3 x 3), so each
+        point is moved once."""
+        bodies = inputs.bodies
+        self.check_bodies(bodies)
+        pts = self.points.astype(dtype)
+        R_f = _pose.quat_to_matrix(T_world_frame[3:])
+        t_f = T_world_frame[:3]
+        parts, msk, start = [], [], 0
+        for b, c in self.segments:
+            T = bodies.poses[b].astype(dtype)
+            R_b = _pose.quat_to_matrix(T[3:])
+            R, t = R_f.T @ R_b, R_f.T @ (T[:3] - t_f)
+            parts.append(affine_planes(R, t, *(pts[start : start + c, i] for i in range(3))))
+            msk.append(jnp.broadcast_to(jnp.asarray(inputs.body_mask)[b], (c,)))
+            start += c
+        pos = Planes(*(jnp.concatenate([p[i] for p in parts]) for i in range(3)))
+        return pos, jnp.concatenate(msk)
+
     def world(self, inputs, dtype):
         """:meth:`world_planes` stacked: positions, velocities, angular velocities
         ``[M, 3]`` (world) and the body mask ``[M]``."""
