@@ -33,11 +33,13 @@ Array = jax.Array
 FAR = 1e6
 
 
-def _block_sums(acc, blk, p, radii, with_d: bool):
+def _block_sums(acc, blk, p, radii, with_d: bool, value_only: bool = False):
     """Add a block of points (``x``, ``y``, ``z``, then the features, each ``[C]``) to the
     accumulators. XLA evaluates every output of a fusion separately, so the sums travel in
     pairs as complex accumulators (``S + i D_x``, ``D_y + i D_z``, ...): the pair arithmetic
-    is done once per accumulator, not once per sum."""
+    is done once per accumulator, not once per sum. ``value_only`` (a pass that is never
+    differentiated) takes the square root of ``d^2 >= 0`` as it is: the same values, without
+    the guard that keeps the derivative at ``d = 0`` finite."""
     px, py, pz = p
     cx, cy, cz, *cf = blk
     eps = _eps(radii.dtype)
@@ -46,8 +48,11 @@ def _block_sums(acc, blk, p, radii, with_d: bool):
     for k in range(cx.shape[0]):  # unrolled: one fused loop over the probes per point
         dx, dy, dz = cx[k] - px, cy[k] - py, cz[k] - pz  # [N]
         d2 = dx * dx + dy * dy + dz * dz
-        pos = d2 > 0
-        dist = jnp.where(pos, jnp.sqrt(jnp.where(pos, d2, 1.0)), 0.0)
+        if value_only:
+            dist = jnp.sqrt(d2)
+        else:
+            pos = d2 > 0
+            dist = jnp.where(pos, jnp.sqrt(jnp.where(pos, d2, 1.0)), 0.0)
         hit = (d2[None] <= r2) & (dist[None] > eps)  # [B, N]
         P = jnp.where(hit, radii - dist[None], 0.0)
         t = [P]
@@ -161,7 +166,7 @@ def _rigid_sparse(p, radii, R, t, pb, on, block: int, with_d: bool):
     def body(carry):
         k, acc = carry
         blk = affine_planes(R, t, *(c[order[k]] for c in cols))
-        return k + 1, _block_sums(acc, blk, p, radii, with_d)
+        return k + 1, _block_sums(acc, blk, p, radii, with_d, value_only=True)
 
     _, acc = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), _zeros(radii, n_terms)))
     return _unpack(acc, with_d)
