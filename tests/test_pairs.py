@@ -99,3 +99,17 @@ def test_spatial_order_is_a_permutation_within_segments():
     # consecutive points are close: blocks of 8 span far less than the cloud
     q = pts[order[20:]][:24].reshape(3, 8, 3)
     assert np.mean(np.ptp(q, axis=1)) < 0.75 * np.mean(np.ptp(pts[20:], axis=0))
+
+
+def test_spatial_order_makes_compact_blocks_within_segments():
+    """Each segment stays in place as a group, and its blocks are compact: on a 16 x 16 grid
+    (1 mm pitch) every block of 8 points spans at most 3 mm (a 2 x 4 patch)."""
+    g = np.stack(np.meshgrid(np.arange(16.0), np.arange(16.0), [0.0], indexing="xy"), -1)
+    g = 1e-3 * g.reshape(-1, 3)
+    rng = np.random.default_rng(0)
+    pts = np.concatenate([g[rng.permutation(256)], rng.normal(size=(5, 3))])
+    order = np.asarray(spatial_order(pts, ((0, 256), (1, 5)), 8))
+    assert sorted(order[:256]) == list(range(256)) and sorted(order[256:]) == list(range(256, 261))
+    blocks = pts[order[:256]].reshape(32, 8, 3)
+    span = blocks.max(1) - blocks.min(1)
+    assert np.max(span) <= 3e-3 + 1e-12

@@ -1,7 +1,8 @@
 """ProximityTaxel's sums over (probe, point) pairs: a dense pass and a sparse one.
 
-For probes ``p`` (three ``[N]`` planes, world, m), sensing radii ``radii [B, N]`` (one row per
-radius branch) and points ``x`` (three ``[K]`` planes), the sums run over points of
+For probes ``p`` (three ``[N]`` planes, m, in any frame the points share), sensing radii
+``radii [B, N]`` (one row per radius branch) and points ``x`` (three ``[K]`` planes), the sums
+run over points of
 ``P = R - d`` for ``0 < d <= R`` (``d = |x - p|``), of ``P (x - p)`` (``with_d``) and of
 ``P f`` for each per-point feature ``f``.
 
@@ -140,7 +141,7 @@ def _rigid_dense(p, radii, R, t, pb, on, block: int, with_d: bool):
 
 def _rigid_sparse(p, radii, R, t, pb, on, block: int, with_d: bool):
     """Block boxes in the body frame (the same for every environment) against the probes'
-    box taken into the body frame; only the visited blocks are moved to the world frame."""
+    box taken into the body frame; only the visited blocks are moved to the probes' frame."""
     dtype = radii.dtype
     cols = _blocks(pb, (), block)  # [nb, C] body frame
     nb = cols[0].shape[0]
@@ -184,7 +185,8 @@ def _pair_sums_rigid_jvp(block, with_d, primals, tangents):
 
 def pair_sums_rigid(p, radii, R, t, pb, on, block: int, with_d: bool):
     """:func:`pair_sums` of one rigid body's points ``pb`` (three ``[K]`` planes, body frame,
-    m) at rotation ``R [3, 3]`` and position ``t [3]`` (world), counted when ``on`` (``[]``
+    m) at rotation ``R [3, 3]`` and position ``t [3]`` in the probes' frame (world or a
+    link's: distances do not depend on it), counted when ``on`` (``[]``
     bool). The blocks' boxes are found in the body frame, once for every environment, and
-    only the blocks near the probes are moved to the world frame."""
+    only the blocks near the probes are moved to the probes' frame."""
     return _pair_sums_rigid(tuple(p), radii, R, t, tuple(pb), on, int(block), bool(with_d))

@@ -64,24 +64,31 @@ def _rows_times(v: Array, R: Array) -> Array:
     )
 
 
-def spatial_order(points: np.ndarray, segments: tuple) -> tuple:
+def spatial_order(points: np.ndarray, segments: tuple, block: int = 8) -> tuple:
     """A permutation of ``points [M, 3]`` that keeps each segment's points in place as a
-    group and sorts them along a Morton (Z-order) curve of their body-frame positions.
+    group and orders them so that consecutive blocks (of the size the pair sums cut: about
+    ``block``) are compact clusters: each group is split at the median of its longest extent
+    (at a multiple of the block size), recursively, down to single blocks.
 
-    The pair sums visit blocks of consecutive points and skip a block far from the probes;
-    in a spatial order the points near the probes span few blocks. A permutation of a sum's
-    terms changes its value only by rounding."""
+    The pair sums visit blocks of consecutive points and skip a block far from the probes,
+    and a compact block reaches few probes. A permutation of a sum's terms changes its value
+    only by rounding."""
+    pts = np.asarray(points, np.float64)
     order, start = [], 0
     for _, c in segments:
-        q = points[start : start + c]
         if c:
-            lo, hi = q.min(0), q.max(0)
-            cell = np.floor((q - lo) / np.maximum(hi - lo, 1e-300) * 1023.999).astype(np.int64)
-            code = np.zeros(c, np.int64)
-            for bit in range(10):  # interleave the 10 bits of x, y, z
-                for axis in range(3):
-                    code |= ((cell[:, axis] >> bit) & 1) << (3 * bit + axis)
-            order.extend((start + np.argsort(code, kind="stable")).tolist())
+            C = max(1, -(-c // max(1, -(-c // max(1, block)))))  # the sums' block size
+            todo = [np.arange(start, start + c)]
+            while todo:
+                ix = todo.pop()
+                if len(ix) <= C:
+                    order.extend(ix.tolist())
+                    continue
+                q = pts[ix]
+                axis = int(np.argmax(q.max(0) - q.min(0)))
+                ix = ix[np.argsort(q[:, axis], kind="stable")]
+                h = -(-(len(ix) // 2) // C) * C
+                todo += [ix[h:], ix[:h]]  # the lower half is taken first
         start += c
     return tuple(order)
 
@@ -112,7 +119,7 @@ class ProximityTaxel(PointCloudSensor):
     spatial order (:func:`spatial_order`, the derived ``point_order``) and a step visits only
     the blocks of ``point_chunk`` consecutive points whose body-frame box meets the probes'
     box grown by the largest radius (:func:`~difftaxel.sensors.pairs.pair_sums_rigid`;
-    derivatives from the exhaustive pass).
+    derivatives from the exhaustive pass). The sums run in the link frame.
 
     ``max_candidates`` (static int) turns on a hand-tuned point pre-selection instead, the
     capacity-and-overflow pattern of JAX-MD's neighbour lists: each step keeps only the
@@ -184,7 +191,7 @@ class ProximityTaxel(PointCloudSensor):
                 )
             d["crosstalk_support"] = self.imperfections.crosstalk_support((s_v, s_u))
         d["point_order"] = spatial_order(
-            np.asarray(self.track_points.points), self.track_points.segments
+            np.asarray(self.track_points.points), self.track_points.segments, self.point_chunk
         )
         return d
 
@@ -287,11 +294,15 @@ class ProximityTaxel(PointCloudSensor):
         pts = self.track_points.points.astype(dtype)
         if self.point_order is not None:  # each body's points in a spatial order
             pts = pts[np.asarray(self.point_order)]
+        T = inputs.T_world_link.astype(dtype)
+        R_l = _pose.quat_to_matrix(T[3:])
         for b, c in segs:
             if c:
                 seg = tuple(pts[start : start + c, i] for i in range(3))
                 T_b = bodies.poses[b].astype(dtype)
-                rigid = (_pose.quat_to_matrix(T_b[3:]), T_b[:3], seg)
+                R_b = _pose.quat_to_matrix(T_b[3:])
+                # the body's pose in the link frame: the sums run among link-frame probes
+                rigid = (R_l.T @ R_b, R_l.T @ (T_b[:3] - T[:3]), seg)
                 groups.append(("rigid", b, rigid, body_mask[b]))
             start += c
         return groups, jnp.zeros((), bool)
@@ -318,6 +329,8 @@ class ProximityTaxel(PointCloudSensor):
         v_tax = tl[None, :3] + cross(tl[None, 3:], p - T[None, :3])
         groups, overflow = self._groups(inputs, radii, dtype)
         pp = (p[:, 0], p[:, 1], p[:, 2])
+        q = self.flat_positions(dtype)
+        pl = (q[:, 0], q[:, 1], q[:, 2])  # link frame
         S = jnp.zeros(radii.shape, dtype)
         Pv = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
         Pw = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
@@ -334,10 +347,12 @@ class ProximityTaxel(PointCloudSensor):
                         Pv[i] = Pv[i] + F[i]
                 continue
             if kind == "rigid":
-                R_b, t_b, seg = data
+                R_lb, t_lb, seg = data
                 Sb, D, _ = pair_sums_rigid(
-                    pp, radii, R_b, t_b, seg, m, chunk, self.stage_on("shear")
+                    pl, radii, R_lb, t_lb, seg, m, chunk, self.stage_on("shear")
                 )
+                if D is not None:  # link frame -> world
+                    D = tuple(R[i, 0] * D[0] + R[i, 1] * D[1] + R[i, 2] * D[2] for i in range(3))
             else:
                 Sb, D, _ = pair_sums(pp, radii, data, m, chunk, self.stage_on("shear"))
             tw = inputs.bodies.twists[b].astype(dtype)
