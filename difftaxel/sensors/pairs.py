@@ -2,9 +2,8 @@
 
 For probes ``p`` (three ``[N]`` planes, m, in any frame the points share), sensing radii
 ``radii [B, N]`` (one row per radius branch) and points ``x`` (three ``[K]`` planes), the sums
-run over points of
-``P = R - d`` for ``0 < d <= R`` (``d = |x - p|``), of ``P (x - p)`` (``with_d``) and of
-``P f`` for each per-point feature ``f``.
+run over points of ``P = R - d`` for ``0 < d <= R`` (``d = |x - p|``), of ``P (x - p)``
+(``with_d``) and of ``P f`` for each per-point feature ``f``.
 
 * :func:`pair_sums`: every point against every probe (a ``scan`` over blocks of points).
 * :func:`pair_sums_rigid`: one rigid body's own points. A point farther than the largest
@@ -94,12 +93,18 @@ def pair_sums_dense(p, radii, x, feats, block: int, with_d: bool):
     return _unpack(acc, with_d)
 
 
+def block_shape(K: int, block: int) -> tuple[int, int]:
+    """``(n_blocks, C)``: ``K`` points cut in blocks of equal size ``C <= block``, the least
+    padding (the blocks the sums visit)."""
+    n_blocks = max(1, -(-K // max(1, block)))
+    return n_blocks, max(1, -(-K // n_blocks))
+
+
 def _blocks(x, feats, block: int):
     """Points and features padded (far points, zero features) and cut in ``[n_blocks, C]``
-    blocks of equal size ``C <= block``, the least padding."""
+    blocks (:func:`block_shape`)."""
     K = x[0].shape[0]
-    n_blocks = max(1, -(-K // max(1, block)))
-    C = max(1, -(-K // n_blocks))
+    n_blocks, C = block_shape(K, block)
     pad = n_blocks * C - K
     x = tuple(jnp.concatenate([q, jnp.full((pad,), FAR, q.dtype)]) for q in x)
     feats = tuple(jnp.concatenate([f, jnp.zeros((pad,), f.dtype)]) for f in feats)
@@ -186,7 +191,7 @@ def _pair_sums_rigid_jvp(block, with_d, primals, tangents):
 def pair_sums_rigid(p, radii, R, t, pb, on, block: int, with_d: bool):
     """:func:`pair_sums` of one rigid body's points ``pb`` (three ``[K]`` planes, body frame,
     m) at rotation ``R [3, 3]`` and position ``t [3]`` in the probes' frame (world or a
-    link's: distances do not depend on it), counted when ``on`` (``[]``
-    bool). The blocks' boxes are found in the body frame, once for every environment, and
-    only the blocks near the probes are moved to the probes' frame."""
+    link's: distances do not depend on it), counted when ``on`` (``[]`` bool). The blocks'
+    boxes are found in the body frame, once for every environment, and only the blocks near
+    the probes are moved to the probes' frame."""
     return _pair_sums_rigid(tuple(p), radii, R, t, tuple(pb), on, int(block), bool(with_d))

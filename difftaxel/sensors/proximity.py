@@ -29,8 +29,8 @@ from .base import (
     noised_radius,
     split3,
 )
-from .pairs import pair_sums, pair_sums_rigid
-from .tracked import PointCloudSensor, motion_planes
+from .pairs import block_shape, pair_sums, pair_sums_rigid
+from .tracked import PointCloudSensor, motion_planes, pose_in_frame
 
 Array = jax.Array
 
@@ -77,7 +77,7 @@ def spatial_order(points: np.ndarray, segments: tuple, block: int = 8) -> tuple:
     order, start = [], 0
     for _, c in segments:
         if c:
-            C = max(1, -(-c // max(1, -(-c // max(1, block)))))  # the sums' block size
+            C = block_shape(c, block)[1]  # the blocks the sums cut
             todo = [np.arange(start, start + c)]
             while todo:
                 ix = todo.pop()
@@ -295,15 +295,12 @@ class ProximityTaxel(PointCloudSensor):
         if self.point_order is not None:  # each body's points in a spatial order
             pts = pts[np.asarray(self.point_order)]
         T = inputs.T_world_link.astype(dtype)
-        R_l = _pose.quat_to_matrix(T[3:])
         for b, c in segs:
             if c:
                 seg = tuple(pts[start : start + c, i] for i in range(3))
-                T_b = bodies.poses[b].astype(dtype)
-                R_b = _pose.quat_to_matrix(T_b[3:])
                 # the body's pose in the link frame: the sums run among link-frame probes
-                rigid = (R_l.T @ R_b, R_l.T @ (T_b[:3] - T[:3]), seg)
-                groups.append(("rigid", b, rigid, body_mask[b]))
+                R_lb, t_lb = pose_in_frame(T, bodies.poses[b].astype(dtype))
+                groups.append(("rigid", b, (R_lb, t_lb, seg), body_mask[b]))
             start += c
         return groups, jnp.zeros((), bool)
 

@@ -20,7 +20,7 @@ from .base import ProbeSensor
 
 Array = jax.Array
 
-__all__ = ["PointCloudSensor", "TrackedPoints", "check_normals", "motion_planes"]
+__all__ = ["PointCloudSensor", "TrackedPoints", "check_normals", "motion_planes", "pose_in_frame"]
 
 
 def motion_planes(T_body: Array, tw: Array, bx: Array, by: Array, bz: Array):
@@ -38,6 +38,15 @@ def motion_planes(T_body: Array, tw: Array, bx: Array, by: Array, bz: Array):
     )
     ang = tuple(jnp.broadcast_to(w[i], bx.shape) for i in range(3))
     return Planes(*p), Planes(*v), Planes(*ang)
+
+
+def pose_in_frame(T_world_frame: Array, T_world_body: Array) -> tuple[Array, Array]:
+    """``(R [3, 3], t [3])``: a body at world pose ``T_world_body [7]`` seen from the frame at
+    world pose ``T_world_frame [7]`` (quaternions (x, y, z, w)); ``R p + t`` maps body-frame
+    points into that frame in one affine map."""
+    R_f = _pose.quat_to_matrix(T_world_frame[3:])
+    R_b = _pose.quat_to_matrix(T_world_body[3:])
+    return R_f.T @ R_b, R_f.T @ (T_world_body[:3] - T_world_frame[:3])
 
 
 @pytree_dataclass
@@ -114,18 +123,14 @@ class TrackedPoints:
         """Positions (:class:`Planes` of ``[M]``, m) in the frame at world pose
         ``T_world_frame [7]`` (e.g. the sensor link), and the body mask ``[M]``.
 
-        Each body's rotation and position are composed with the frame's first (3 x 3), so each
+        Each body's pose is composed with the frame's first (:func:`pose_in_frame`), so each
         point is moved once."""
         bodies = inputs.bodies
         self.check_bodies(bodies)
         pts = self.points.astype(dtype)
-        R_f = _pose.quat_to_matrix(T_world_frame[3:])
-        t_f = T_world_frame[:3]
         parts, msk, start = [], [], 0
         for b, c in self.segments:
-            T = bodies.poses[b].astype(dtype)
-            R_b = _pose.quat_to_matrix(T[3:])
-            R, t = R_f.T @ R_b, R_f.T @ (T[:3] - t_f)
+            R, t = pose_in_frame(T_world_frame, bodies.poses[b].astype(dtype))
             parts.append(affine_planes(R, t, *(pts[start : start + c, i] for i in range(3))))
             msk.append(jnp.broadcast_to(jnp.asarray(inputs.body_mask)[b], (c,)))
             start += c
