@@ -31,12 +31,14 @@ def standard_normal(key, shape: tuple, dtype) -> Array:
     bits. Not the ``jax.random.normal`` stream.
     """
     n = int(np.prod(shape))
+    return jnp.concatenate(_threefry_halves(key, (n + 1) // 2, dtype))[:n].reshape(shape)
+
+
+def _threefry_halves(key, h: int, dtype) -> tuple[Array, Array]:
     dtype = jnp.dtype(dtype)
-    h = (n + 1) // 2
     w = 4 if dtype.itemsize >= 8 else 2
     b = _bits32(key, (w, h))
-    z = _box_muller(b[0], b[1], *((b[2], b[3]) if w == 4 else (None, None)), dtype=dtype)
-    return jnp.concatenate(z)[:n].reshape(shape)
+    return _box_muller(b[0], b[1], *((b[2], b[3]) if w == 4 else (None, None)), dtype=dtype)
 
 
 def _rotl(x: Array, r: int) -> Array:
@@ -122,8 +124,22 @@ def hash_normal(key, shape: tuple, dtype) -> Array:
     (float64) by the uniforms' resolution.
     """
     n = int(np.prod(shape))
+    return jnp.concatenate(_hash_halves(key, (n + 1) // 2, dtype))[:n].reshape(shape)
+
+
+def normal_halves(key, n: int, dtype, generator: str = "threefry") -> tuple[Array, Array]:
+    """The first and the second half (``[n // 2]`` each, ``n`` even) of the flat draws of
+    :func:`standard_normal` (``generator="threefry"``) or :func:`hash_normal` (``"hash"``)
+    of ``n`` normals: the same numbers, never joined (a consumer that splits the draws in
+    two reads each half where it was made, no concatenated copy)."""
+    if n % 2:
+        raise ValueError(f"normal_halves: n must be even, got {n}")
+    fn = _hash_halves if generator == "hash" else _threefry_halves
+    return fn(key, n // 2, dtype)
+
+
+def _hash_halves(key, h: int, dtype) -> tuple[Array, Array]:
     dtype = jnp.dtype(dtype)
-    h = (n + 1) // 2
     seed = _seeds(key)
     i = jnp.arange(2 * h, dtype=jnp.uint32)
     b = _lowbias32(_lowbias32(i ^ seed[0]) + seed[1])
@@ -131,8 +147,7 @@ def hash_normal(key, shape: tuple, dtype) -> Array:
     if dtype.itemsize >= 8:
         c = _lowbias32(b ^ seed[0] ^ jnp.uint32(0x9E3779B9))
         b2 = (c[:h], c[h:])
-    z = _box_muller(b[:h], b[h:], *b2, dtype=dtype)
-    return jnp.concatenate(z)[:n].reshape(shape)
+    return _box_muller(b[:h], b[h:], *b2, dtype=dtype)
 
 
 def _seeds(key) -> tuple[Array, Array]:

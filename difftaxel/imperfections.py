@@ -42,7 +42,7 @@ from .crosstalk import (
     gaussian_mix_kernel,
     grid_metadata,
 )
-from .draws import hash_normal, standard_normal
+from .draws import hash_normal, normal_halves, standard_normal
 
 Array = jax.Array
 
@@ -427,29 +427,53 @@ class Imperfections(Options):
             return jnp.broadcast_to(x, value.shape)
 
         use_rw, use_n = "random_walk" in st, "noise" in st
-        z = None
+        C, shape = value.shape[0], value.shape
+        # the draws' two halves, each where it is used: one stage's draws each (walk and
+        # noise), or the upper and lower halves of the channels (a 2-D [C, N] with C even);
+        # joining them would copy every draw once more
+        groups = [(slice(None), None, None)]  # (channels, walk draws, noise draws)
         if key is not None and (use_rw or use_n):
-            # one draw for both stages (fewer random bits and kernel launches)
             draw = hash_normal if self.noise_generator == "hash" else standard_normal
-            z = draw(key, (int(use_rw) + int(use_n),) + value.shape, dtype)
-        walk = state.walk
-        if use_rw:
-            if z is not None:
-                walk = walk + per(self.random_walk) * z[0]
-            value = value + walk
-        if use_n and z is not None:
-            value = value + per(self.noise) * z[-1]
-        if "bias" in st:
-            value = value + per(self.bias)
-        if "resolution" in st:
-            res = per(self.resolution)
-            on = res > _eps(dtype)
-            q = jnp.round(value / jnp.where(on, res, 1.0)) * res
-            if self.straight_through:
-                q = value + jax.lax.stop_gradient(q - value)
-            value = jnp.where(on, q, value)
-        if "dead" in st:
-            value = jnp.where(state.dead[None], state.dead_value[None].astype(dtype), value)
+            n = int(np.prod(shape))
+            if use_rw and use_n:
+                a, b = normal_halves(key, 2 * n, dtype, self.noise_generator)
+                groups = [(slice(None), a.reshape(shape), b.reshape(shape))]
+            elif C % 2 == 0 and value.ndim == 2:
+                a, b = normal_halves(key, n, dtype, self.noise_generator)
+                h = (C // 2,) + shape[1:]
+                a, b = a.reshape(h), b.reshape(h)
+                groups = [
+                    (slice(0, C // 2), *((a, None) if use_rw else (None, a))),
+                    (slice(C // 2, C), *((b, None) if use_rw else (None, b))),
+                ]
+            else:
+                z = draw(key, shape, dtype)
+                groups = [(slice(None), *((z, None) if use_rw else (None, z)))]
+        values, walks = [], []
+        for rows, z_walk, z_noise in groups:
+            v = value[rows]
+            walk = state.walk[rows] if use_rw else state.walk
+            if use_rw:
+                if z_walk is not None:
+                    walk = walk + per(self.random_walk)[rows] * z_walk
+                v = v + walk
+            if use_n and z_noise is not None:
+                v = v + per(self.noise)[rows] * z_noise
+            if "bias" in st:
+                v = v + per(self.bias)[rows]
+            if "resolution" in st:
+                res = per(self.resolution)[rows]
+                on = res > _eps(dtype)
+                q = jnp.round(v / jnp.where(on, res, 1.0)) * res
+                if self.straight_through:
+                    q = v + jax.lax.stop_gradient(q - v)
+                v = jnp.where(on, q, v)
+            if "dead" in st:
+                v = jnp.where(state.dead[None], state.dead_value[None].astype(dtype), v)
+            values.append(v)
+            walks.append(walk)
+        value = values[0] if len(values) == 1 else jnp.concatenate(values)
+        walk = walks[0] if len(walks) == 1 or not use_rw else jnp.concatenate(walks)
         return replace(state, walk=walk), value
 
     def apply_delay(self, state: ChainState, value: Array, key):

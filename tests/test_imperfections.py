@@ -336,6 +336,40 @@ def test_hash_generator_in_the_chain():
     np.testing.assert_allclose(f(st, jax.random.key(0)), y, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("gen", ["threefry", "hash"])
+def test_hardware_draws_are_the_generators_numbers(gen):
+    """The hardware stages read the draws in halves (one stage's each, or the upper and lower
+    channels) without joining them: the numbers are exactly those of one call of the
+    generator of shape ``[stages, C, N]``, for odd and even ``C``, with bias, resolution and
+    dead taxels after them."""
+    from difftaxel.draws import hash_normal, normal_halves, standard_normal
+
+    draw = hash_normal if gen == "hash" else standard_normal
+    key = jax.random.key(3)
+    for kw in (dict(noise=0.2), dict(random_walk=0.05), dict(noise=0.2, random_walk=0.05)):
+        for C in (1, 3, 6):
+            N = 5
+            extra = dict(bias=0.01, resolution=0.001, dead_taxel_probability=0.3)
+            imp = Imperfections(noise_generator=gen, **kw, **extra)
+            st = imp.init(jax.random.key(1), N, C)
+            v = jnp.linspace(-1.0, 1.0, C * N).reshape(C, N)
+            st1, y = imp.apply_hardware(st, v, key)
+            z = draw(key, (len(kw), C, N), v.dtype)
+            walk = st.walk + 0.05 * z[0] if "random_walk" in kw else None
+            ref = v + (walk if walk is not None else 0.0)
+            if "noise" in kw:
+                ref = ref + 0.2 * z[-1]
+            ref = jnp.round((ref + 0.01) / 0.001) * 0.001
+            ref = jnp.where(st.dead[None], st.dead_value[None], ref)
+            np.testing.assert_array_equal(y, ref)
+            if walk is not None:
+                np.testing.assert_array_equal(st1.walk, walk)
+    a, b = normal_halves(key, 10, jnp.float32, gen)
+    np.testing.assert_array_equal(jnp.concatenate([a, b]), draw(key, (10,), jnp.float32))
+    with pytest.raises(ValueError, match="n must be even"):
+        normal_halves(key, 7, jnp.float32, gen)
+
+
 def test_dead_taxels_every_channel_and_resample():
     imp = Imperfections(dead_taxel_probability=1.0, dead_taxel_value_range=(0.123, 0.456))
     st = imp.init(jax.random.key(0), 8, 6)
