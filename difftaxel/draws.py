@@ -173,6 +173,32 @@ _SIN = tuple((-1) ** k / math.factorial(2 * k + 1) for k in range(9))  # x^1 .. 
 _COS = tuple((-1) ** k / math.factorial(2 * k) for k in range(10))  # x^0 .. x^18
 
 
+# Cephes's logf: log(1 + f) = f - f^2 / 2 + f^3 P(f) for sqrt(1/2) <= 1 + f < sqrt(2)
+_LOGF = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1,
+         1.4249322787e-1, -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1,
+         3.3333331174e-1)  # fmt: skip
+
+
+def _log_unit32(u: Array) -> Array:
+    """``log u`` for float32 ``u`` in ``(0, 1]``, normal numbers only: the exponent from the
+    bits, the mantissa folded into ``[sqrt(1/2), sqrt(2))``, Cephes's polynomial and ``ln 2``
+    in two parts. Within 0.83 ulp of the exact log on every uniform ``k 2^-24`` (XLA's
+    ``log``: 1.2 ulp). Why: XLA's CPU ``log`` also handles zero, negative, subnormal and
+    non-finite inputs, which these uniforms never are (the chain step: 0.97x)."""
+    bits = jax.lax.bitcast_convert_type(u, jnp.int32)
+    m = jax.lax.bitcast_convert_type((bits & 0x7FFFFF) | 0x3F800000, jnp.float32)
+    big = m > np.float32(np.sqrt(2.0))
+    m = jnp.where(big, m * 0.5, m)
+    e = ((bits >> 23) - jnp.where(big, 126, 127)).astype(jnp.float32)
+    f = m - 1.0
+    z = f * f
+    p = jnp.full_like(f, _LOGF[0])
+    for c in _LOGF[1:]:
+        p = p * f + c
+    y = f * z * p + e * np.float32(-2.12194440e-4) - 0.5 * z
+    return (f + y) + e * np.float32(0.693359375)
+
+
 def _box_muller(b_r: Array, b_a: Array, b_r2=None, b_a2=None, *, dtype) -> tuple[Array, Array]:
     """Two independent standard normals ``(r cos t, r sin t)`` per pair of uint32 words.
 
@@ -197,7 +223,7 @@ def _box_muller(b_r: Array, b_a: Array, b_r2=None, b_a2=None, *, dtype) -> tuple
         u = ((b_r >> 8).astype(dtype) + 1.0) * 2.0**-24
         f = ((b_a >> 8) & 0x3FFFFF).astype(dtype) * 2.0**-22 + (2.0**-23 - 0.5)
         ns, nc = 5, 5
-    r = jnp.sqrt(-2.0 * jnp.log(u))
+    r = jnp.sqrt(-2.0 * (jnp.log(u) if dtype.itemsize >= 8 else _log_unit32(u)))
     phi = f * (np.pi / 2)
     p2 = phi * phi
     s = _taylor(_SIN[:ns], p2) * phi

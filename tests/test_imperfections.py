@@ -370,6 +370,25 @@ def test_hardware_draws_are_the_generators_numbers(gen):
         normal_halves(key, 7, jnp.float32, gen)
 
 
+def test_float32_log_of_the_uniforms_within_one_ulp():
+    """Box-Muller's float32 log of its uniforms ``u = k 2^-24`` (``k = 1 .. 2^24``) is within
+    one ulp of the exact log: every 7th uniform, the smallest, 1, and both sides of each
+    ``sqrt(2) 2^-e`` fold of the mantissa."""
+    from difftaxel.draws import _log_unit32
+
+    k = np.arange(1, 2**24 + 1, 7, dtype=np.int64)
+    folds = [np.floor(np.sqrt(2.0) * 2.0**e) + d for e in range(24) for d in (-1.0, 0.0, 1.0)]
+    edge = np.array([1, 2, 3, 2**24 - 1, 2**24] + folds)
+    k = np.concatenate([k, edge[(edge >= 1) & (edge <= 2**24)].astype(np.int64)])
+    u = (k * 2.0**-24).astype(np.float32)
+    got = np.asarray(jax.jit(_log_unit32)(jnp.asarray(u)), np.float64)
+    exact = np.log(u.astype(np.float64))
+    ulp = np.spacing(np.abs(exact).astype(np.float32)).astype(np.float64)
+    nz = exact != 0
+    assert np.max(np.abs(got - exact)[nz] / ulp[nz]) < 1.0
+    assert got[u == 1.0].tolist() == [0.0] * int(np.sum(u == 1.0))
+
+
 def test_dead_taxels_every_channel_and_resample():
     imp = Imperfections(dead_taxel_probability=1.0, dead_taxel_value_range=(0.123, 0.456))
     st = imp.init(jax.random.key(0), 8, 6)
