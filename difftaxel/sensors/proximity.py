@@ -220,8 +220,7 @@ class ProximityTaxel(PointCloudSensor):
         planes = (pts[:, 0], pts[:, 1], pts[:, 2])  # [M] each, body frames
         local, start = [[], [], []], 0
         for b, c in track.segments:
-            T_lb = sg(_pose.relative(T, bodies.poses[b].astype(dtype)))
-            R_lb, t_lb = _pose.quat_to_matrix(T_lb[3:]), T_lb[:3]
+            R_lb, t_lb = pose_in_frame(T, sg(bodies.poses[b].astype(dtype)))
             seg = affine_planes(R_lb, t_lb, *(q[start : start + c] for q in planes))
             for i in range(3):  # link frame
                 local[i].append(seg[i])
