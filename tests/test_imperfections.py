@@ -366,6 +366,14 @@ def test_hardware_draws_are_the_generators_numbers(gen):
                 np.testing.assert_array_equal(st1.walk, walk)
     a, b = normal_halves(key, 10, jnp.float32, gen)
     np.testing.assert_array_equal(jnp.concatenate([a, b]), draw(key, (10,), jnp.float32))
+    jitted = jax.jit(lambda k: normal_halves(k, 10, jnp.float32, gen))
+    np.testing.assert_array_equal(jnp.concatenate(jitted(key)), jnp.concatenate([a, b]))
+    keys = jax.random.split(key, 3)
+    va, vb = jax.vmap(lambda k: normal_halves(k, 10, jnp.float32, gen))(keys)
+    for i in range(3):
+        li = normal_halves(keys[i], 10, jnp.float32, gen)
+        np.testing.assert_array_equal(va[i], li[0])
+        np.testing.assert_array_equal(vb[i], li[1])
     with pytest.raises(ValueError, match="n must be even"):
         normal_halves(key, 7, jnp.float32, gen)
 
