@@ -150,9 +150,15 @@ def _rigid_sparse(p, radii, R, t, pb, on, block: int, with_d: bool):
     dtype = radii.dtype
     cols = _blocks(pb, (), block)  # [nb, C] body frame
     nb = cols[0].shape[0]
-    qb = affine_planes(R.T, -(R.T @ t), *p)  # probes in the body frame, three [N]
+    # the probes' box: the eight corners of their box in their own frame, taken into the
+    # body frame (the same box when the probes lie on an axis-aligned rectangle, such as a
+    # grid on a face of the link; a larger one otherwise); why: eight points a step, not N
+    lo_p = [jnp.min(q) for q in p]
+    hi_p = [jnp.max(q) for q in p]
+    corners = [jnp.stack([(lo_p[i], hi_p[i])[(k >> i) & 1] for k in range(8)]) for i in range(3)]
+    qb = affine_planes(R.T, -(R.T @ t), *corners)  # three [8], body frame
     rmax = jnp.max(radii)
-    scale = jnp.max(jnp.stack([jnp.max(jnp.abs(q)) for q in p])) + jnp.max(jnp.abs(t)) + rmax
+    scale = jnp.max(jnp.abs(jnp.stack(lo_p + hi_p))) + jnp.max(jnp.abs(t)) + rmax
     margin = rmax * (1.0 + 1e-3) + 64 * _eps(dtype) * scale
     meets = jnp.broadcast_to(on, (nb,))
     for q, c in zip(qb, cols, strict=True):

@@ -30,7 +30,7 @@ from .base import (
     split3,
 )
 from .pairs import block_shape, pair_sums, pair_sums_rigid
-from .tracked import PointCloudSensor, motion_planes, pose_in_frame
+from .tracked import PointCloudSensor, pose_in_frame
 
 Array = jax.Array
 
@@ -53,15 +53,6 @@ class ProximityState:
     probe_gain: Array
     chain: ChainState
     candidate_overflow: Array
-
-
-def _rows_times(v: Array, R: Array) -> Array:
-    """``v @ R`` for ``v [N, 3]``, ``R [3, 3]`` (rows rotated by ``R^T``), written out: XLA's
-    CPU backend sends the tiny ``[N, 3] x [3, 3]`` product to a library GEMM, where the nine
-    products fuse into the surrounding kernel."""
-    return jnp.stack(
-        [v[:, 0] * R[0, j] + v[:, 1] * R[1, j] + v[:, 2] * R[2, j] for j in range(3)], -1
-    )
 
 
 def spatial_order(points: np.ndarray, segments: tuple, block: int = 8) -> tuple:
@@ -97,19 +88,21 @@ def spatial_order(points: np.ndarray, segments: tuple, block: int = 8) -> tuple:
 class ProximityTaxel(PointCloudSensor):
     """Force and torque per probe from the tracked points inside its sensing sphere.
 
-    Per probe at world position ``p`` with world unit normal ``a = R n / (|R n| + eps)``, every
-    tracked point at distance ``0 < d <= R`` contributes ``P = R - d``:
+    Per probe at position ``q`` with unit normal ``a = n / (|n| + eps)`` (both in the sensor
+    link frame), every tracked point at distance ``0 < d <= R`` contributes ``P = R - d``:
     ``S = sum P``, ``V = sum P v_t`` (tangential velocity of the point relative to the taxel),
     ``W = sum P (w_obj - w_link) . a``. With ``kappa = density_scalar / max(1, M)``:
 
-    * ``F = stiffness kappa S a + shear_coupling kappa V`` (world; along **+ the probe
-      normal**, out of the sensor, unlike KinematicTaxel);
-    * ``T = (p - x_link) x F - twist_scalar (W / S) a`` (about the link origin; the twist term
-      is 0 when ``S <= eps``).
+    * ``F = stiffness kappa S a + shear_coupling kappa V`` (along **+ the probe normal**, out
+      of the sensor, unlike KinematicTaxel);
+    * ``T = q x F - twist_scalar (W / S) a`` (about the link origin; the twist term is 0
+      when ``S <= eps``).
 
-    Outputs are rotated into the link frame: ``TaxelReading`` of ``[*layout, 3]`` arrays. The
-    measured branch uses the noised radius and multiplies ``S`` and ``V`` by ``probe_gain``.
-    The loop over points takes ``point_chunk`` points per iteration (static, unrolled,
+    Readings are in the sensor link frame (``TaxelReading`` of ``[*layout, 3]`` arrays):
+    Genesis computes them in the world and rotates them back, the same values up to rounding;
+    the link frame, where the probes sit still, needs no per-environment probe positions,
+    normals or rotations. The measured branch uses the noised radius and multiplies ``S`` and
+    ``V`` by ``probe_gain``. The loop over points takes ``point_chunk`` points per iteration (static, unrolled,
     default 8): the forward pass holds ``O(N)`` accumulators per environment whatever the
     number of points, the reverse pass stores ``O(N)`` per point; a larger block compiles
     longer for no faster step.
@@ -253,36 +246,48 @@ class ProximityTaxel(PointCloudSensor):
         return pb, seg_id, valid, count > K
 
     def _groups(self, inputs: SensorInputs, radii: Array, dtype):
-        """The tracked points as groups ``(kind, body, data, mask)``, and the overflow flag.
+        """The tracked points as groups ``(kind, body, data, mask)`` in the sensor link frame,
+        and the overflow flag.
 
         * ``"rigid"`` (exhaustive: one group per segment): ``data = (R, t, points)``, the
-          body's rotation, position and its own points (three planes, body frame, in a
-          spatial order); ``mask`` is the body's ``[]`` flag.
+          body's rotation and position in the link frame and its own points (three planes,
+          body frame, in a spatial order); ``mask`` is the body's ``[]`` flag.
         * ``"points"`` (``max_candidates``, one body): ``data`` = the selected candidates'
-          world positions (three planes); ``mask [K]``.
+          link-frame positions (three planes); ``mask [K]``.
         * ``"mixed"`` (``max_candidates``, several bodies; body None): ``data = (positions,
-          velocities, spins)`` of the candidates, each moved by its own body."""
+          velocities, spins)`` of the candidates (link frame), each moved by its own body."""
         bodies = inputs.bodies
         segs = self.track_points.segments
         self.track_points.check_bodies(bodies)
         body_mask = jnp.asarray(inputs.body_mask)
-
-        def world(b, pb):
-            T_b = bodies.poses[b].astype(dtype)
-            return affine_planes(_pose.quat_to_matrix(T_b[3:]), T_b[:3], *pb)
+        T = inputs.T_world_link.astype(dtype)
+        R_l = _pose.quat_to_matrix(T[3:])
 
         use_cand = self.max_candidates is not None
         if use_cand and self.max_candidates < self.track_points.n_points:
             pb, seg_id, valid, overflow = self._candidates(inputs, radii, dtype)
             if seg_id is None:
                 b = segs[0][0]
-                return [("points", b, world(b, pb), valid & body_mask[b])], overflow
+                R_lb, t_lb = pose_in_frame(T, bodies.poses[b].astype(dtype))
+                pts = affine_planes(R_lb, t_lb, *pb)
+                return [("points", b, pts, valid & body_mask[b])], overflow
             # several bodies: each candidate moved by its own body (selects over segments)
             mot, m = None, jnp.zeros_like(valid)
             for j, (b, _) in enumerate(segs):
                 on = seg_id == j
-                new = motion_planes(
-                    bodies.poses[b].astype(dtype), bodies.twists[b].astype(dtype), *pb
+                R_lb, t_lb = pose_in_frame(T, bodies.poses[b].astype(dtype))
+                tw = bodies.twists[b].astype(dtype)
+                v_b, w_b = R_l.T @ tw[:3], R_l.T @ tw[3:]  # the body's twist, link frame
+                x = affine_planes(R_lb, t_lb, *pb)
+                r = [x[i] - t_lb[i] for i in range(3)]
+                new = (
+                    x,
+                    (
+                        v_b[0] + w_b[1] * r[2] - w_b[2] * r[1],
+                        v_b[1] + w_b[2] * r[0] - w_b[0] * r[2],
+                        v_b[2] + w_b[0] * r[1] - w_b[1] * r[0],
+                    ),
+                    tuple(jnp.broadcast_to(w_b[i], valid.shape) for i in range(3)),
                 )
                 mot = new if mot is None else jax.tree.map(
                     lambda n, o, on=on: jnp.where(on, n, o), new, mot
@@ -293,7 +298,6 @@ class ProximityTaxel(PointCloudSensor):
         pts = self.track_points.points.astype(dtype)
         if self.point_order is not None:  # each body's points in a spatial order
             pts = pts[np.asarray(self.point_order)]
-        T = inputs.T_world_link.astype(dtype)
         for b, c in segs:
             if c:
                 seg = tuple(pts[start : start + c, i] for i in range(3))
@@ -305,69 +309,68 @@ class ProximityTaxel(PointCloudSensor):
 
     def _accumulate(self, inputs: SensorInputs, radii: Array):
         """``S [B, N]``, ``V [B, N, 3]``, ``W [B, N]`` for each radius branch ``radii [B, N]``,
-        and whether the candidate capacity overflowed (``[]`` bool).
+        the unit probe normals ``a [N, 3]``, and whether the candidate capacity overflowed
+        (``[]`` bool). Vectors are in the sensor link frame, where the probes sit still: the
+        sums need no per-environment probe positions, normals or output rotations.
 
         A tracked body moves rigidly, so its points' velocities are affine in their positions:
         per body ``b`` (origin ``x_b``, twist ``(v_b, w_b)``), ``sum P v = v_b S_b + w_b x
         (D_b + (p - x_b) S_b)`` and ``sum P w = w_b S_b`` with ``S_b = sum P`` and ``D_b =
         sum P (x - p)`` over its points. So a group of one body's points only sums ``P`` and
         ``P (x - p)`` (:mod:`difftaxel.sensors.pairs`; with ``shear_coupling == 0`` only
-        ``P``). The
-        candidates of several bodies go through one loop that sums ``P`` times each point's
-        own velocity and spin (7 sums, or 4 without shear) instead of one loop per body."""
+        ``P``). The candidates of several bodies go through one loop that sums ``P`` times
+        each point's own velocity and spin (7 sums, or 4 without shear) instead of one loop
+        per body."""
         T = inputs.T_world_link
         dtype = T.dtype
         R = _pose.quat_to_matrix(T[3:])
-        p = _pose.matrix_apply(R, T[:3], self.flat_positions(dtype))  # [N, 3]
-        a = _pose.matrix_apply(R, jnp.zeros(3, dtype), self.flat_normals(dtype))
-        a = a / (safe_norm(a, keepdims=True) + _eps(dtype))
+        q = self.flat_positions(dtype)  # [N, 3], link frame
+        n = self.flat_normals(dtype)
+        a = n / (safe_norm(n, keepdims=True) + _eps(dtype))
         tl = inputs.twist_link.astype(dtype)
-        v_tax = tl[None, :3] + cross(tl[None, 3:], p - T[None, :3])
+        v_l, w_l = R.T @ tl[:3], R.T @ tl[3:]  # the link's twist in its own frame
+        v_tax = v_l[None] + cross(w_l[None], q)  # [N, 3]
         groups, overflow = self._groups(inputs, radii, dtype)
-        pp = (p[:, 0], p[:, 1], p[:, 2])
-        q = self.flat_positions(dtype)
-        pl = (q[:, 0], q[:, 1], q[:, 2])  # link frame
+        pl = (q[:, 0], q[:, 1], q[:, 2])
         S = jnp.zeros(radii.shape, dtype)
         Pv = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
         Pw = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
         chunk = int(self.point_chunk)
+        shear = self.stage_on("shear")
         for kind, b, data, m in groups:
             if kind == "mixed":  # candidates of several bodies: per-point velocity and spin
-                world, v, w = data
-                feats = (*v, *w) if self.stage_on("shear") else tuple(w)
-                Sb, _, F = pair_sums(pp, radii, world, m, chunk, False, feats)
+                x, v, w = data
+                feats = (*v, *w) if shear else tuple(w)
+                Sb, _, F = pair_sums(pl, radii, x, m, chunk, False, feats)
                 S = S + Sb
                 for i in range(3):
                     Pw[i] = Pw[i] + F[-3 + i]
-                    if self.stage_on("shear"):
+                    if shear:
                         Pv[i] = Pv[i] + F[i]
                 continue
             if kind == "rigid":
                 R_lb, t_lb, seg = data
-                Sb, D, _ = pair_sums_rigid(
-                    pl, radii, R_lb, t_lb, seg, m, chunk, self.stage_on("shear")
-                )
-                if D is not None:  # link frame -> world
-                    D = tuple(R[i, 0] * D[0] + R[i, 1] * D[1] + R[i, 2] * D[2] for i in range(3))
+                Sb, D, _ = pair_sums_rigid(pl, radii, R_lb, t_lb, seg, m, chunk, shear)
             else:
-                Sb, D, _ = pair_sums(pp, radii, data, m, chunk, self.stage_on("shear"))
+                Sb, D, _ = pair_sums(pl, radii, data, m, chunk, shear)
             tw = inputs.bodies.twists[b].astype(dtype)
-            w = tw[3:]
+            w = R.T @ tw[3:]  # the body's spin, link frame
             S = S + Sb
             for i in range(3):
                 Pw[i] = Pw[i] + w[i] * Sb
             if D is not None:
-                x_b = inputs.bodies.poses[b, :3].astype(dtype)
-                r = [D[i] + (pp[i] - x_b[i])[None] * Sb for i in range(3)]  # sum P (x - x_b)
-                Pv[0] = Pv[0] + tw[0] * Sb + w[1] * r[2] - w[2] * r[1]
-                Pv[1] = Pv[1] + tw[1] * Sb + w[2] * r[0] - w[0] * r[2]
-                Pv[2] = Pv[2] + tw[2] * Sb + w[0] * r[1] - w[1] * r[0]
+                v_b = R.T @ tw[:3]
+                x_b = R.T @ (inputs.bodies.poses[b, :3].astype(dtype) - T[:3])
+                r = [D[i] + (pl[i] - x_b[i])[None] * Sb for i in range(3)]  # sum P (x - x_b)
+                Pv[0] = Pv[0] + v_b[0] * Sb + w[1] * r[2] - w[2] * r[1]
+                Pv[1] = Pv[1] + v_b[1] * Sb + w[2] * r[0] - w[0] * r[2]
+                Pv[2] = Pv[2] + v_b[2] * Sb + w[0] * r[1] - w[1] * r[0]
         Pv, Pw = jnp.stack(Pv, -1), jnp.stack(Pw, -1)
         # V = sum P (v_pt - v_tax)_t ; W = sum P (w_pt - w_link) . a
         Vr = Pv - S[..., None] * v_tax[None]
         V = Vr - a[None] * dot(Vr, a[None], keepdims=True)
-        W = dot(Pw, a[None]) - S * dot(tl[None, 3:], a)[None]
-        return S, V, W, p, a, R, overflow
+        W = dot(Pw, a[None]) - S * dot(w_l[None], a)[None]
+        return S, V, W, a, overflow
 
     def forces(self, state: ProximityState, inputs: SensorInputs, key=None):
         """Flat ``(measured, ground_truth)`` :class:`TaxelReading` with ``[N, 3]`` arrays,
@@ -381,12 +384,13 @@ class ProximityTaxel(PointCloudSensor):
         r = self.per_probe(self.probe_radius, dtype)
         if self.stage_on("radius_noise"):  # static: a second radius branch only when it can differ
             r_m = noised_radius(r, self.probe_radius_noise, key)
-            S, V, W, p, a, R, over = self._accumulate(inputs, jnp.stack([r, r_m]))
+            S, V, W, a, over = self._accumulate(inputs, jnp.stack([r, r_m]))
         else:
-            S, V, W, p, a, R, over = self._accumulate(inputs, r[None])
+            S, V, W, a, over = self._accumulate(inputs, r[None])
             S, V, W = (jnp.concatenate([x, x]) for x in (S, V, W))
         eps = _eps(dtype)
         kappa = self.density_scalar / max(1, self.track_points.n_points)
+        q = self.flat_positions(dtype)
         out = []
         for b, gain in ((0, 1.0), (1, state.probe_gain)):
             Sb, Vb, Wb = S[b], V[b], W[b]
@@ -401,8 +405,9 @@ class ProximityTaxel(PointCloudSensor):
             F = self.stiffness * kappa * Sg[:, None] * a
             if self.stage_on("shear"):
                 F = F + self.shear_coupling * kappa * Vg
-            Tq = cross(p - inputs.T_world_link[None, :3], F) - self.twist_scalar * wbar[:, None] * a
-            out.append(TaxelReading(_rows_times(F, R), _rows_times(Tq, R)))
+            # about the link origin: (p - x_link) x F is q x F in the link frame
+            Tq = cross(q, F) - self.twist_scalar * wbar[:, None] * a
+            out.append(TaxelReading(F, Tq))
         return out[1], out[0], over
 
     def crosstalk_args(self, dtype):
