@@ -144,11 +144,10 @@ def _rigid_dense(p, radii, R, t, pb, on, block: int, with_d: bool):
     return pair_sums_dense(p, radii, world, (), block, with_d)
 
 
-def _rigid_sparse(p, radii, R, t, pb, on, block: int, with_d: bool):
-    """Block boxes in the body frame (the same for every environment) against the probes'
-    box taken into the body frame; only the visited blocks are moved to the probes' frame."""
-    dtype = radii.dtype
-    cols = _blocks(pb, (), block)  # [nb, C] body frame
+def block_order(p, radii, R, t, cols, on):
+    """``(order [nb + 1], count [])``: the indices of the blocks ``cols`` (three ``[nb, C]``
+    planes, body frame, padded with far points) whose body-frame box meets the probes' box
+    grown by the largest radius, first, in block order; ``count`` of them (0 unless ``on``)."""
     nb = cols[0].shape[0]
     # the probes' box: the eight corners of their box in their own frame, taken into the
     # body frame (the same box when the probes lie on an axis-aligned rectangle, such as a
@@ -157,9 +156,7 @@ def _rigid_sparse(p, radii, R, t, pb, on, block: int, with_d: bool):
     hi_p = [jnp.max(q) for q in p]
     corners = [jnp.stack([(lo_p[i], hi_p[i])[(k >> i) & 1] for k in range(8)]) for i in range(3)]
     qb = affine_planes(R.T, -(R.T @ t), *corners)  # three [8], body frame
-    rmax = jnp.max(radii)
-    scale = jnp.max(jnp.abs(jnp.stack(lo_p + hi_p))) + jnp.max(jnp.abs(t)) + rmax
-    margin = rmax * (1.0 + 1e-3) + 64 * _eps(dtype) * scale
+    margin = reach(p, radii, t)
     meets = jnp.broadcast_to(on, (nb,))
     for q, c in zip(qb, cols, strict=True):
         real = c < 0.5 * FAR
@@ -167,9 +164,24 @@ def _rigid_sparse(p, radii, R, t, pb, on, block: int, with_d: bool):
         hi = jnp.max(jnp.where(real, c, -jnp.inf), 1)
         meets = meets & (lo <= jnp.max(q) + margin) & (hi >= jnp.min(q) - margin)
     cum = jnp.cumsum(meets.astype(jnp.int32))
-    count = cum[-1]
     slots = jnp.where(meets, cum - 1, nb)
     order = jnp.zeros((nb + 1,), jnp.int32).at[slots].set(jnp.arange(nb, dtype=jnp.int32))
+    return order, cum[-1]
+
+
+def reach(p, radii, t):
+    """``[]``: the largest radius with a relative margin (m), so that a point whose
+    distance rounds to at most its probe's radius is never culled."""
+    rmax = jnp.max(radii)
+    scale = jnp.max(jnp.stack([jnp.max(jnp.abs(q)) for q in p])) + jnp.max(jnp.abs(t)) + rmax
+    return rmax * (1.0 + 1e-3) + 64 * _eps(radii.dtype) * scale
+
+
+def _rigid_sparse(p, radii, R, t, pb, on, block: int, with_d: bool):
+    """Block boxes in the body frame (the same for every environment) against the probes'
+    box taken into the body frame; only the visited blocks are moved to the probes' frame."""
+    cols = _blocks(pb, (), block)  # [nb, C] body frame
+    order, count = block_order(p, radii, R, t, cols, on)
     n_terms = 1 + 3 * bool(with_d)
 
     def cond(carry):
@@ -184,20 +196,26 @@ def _rigid_sparse(p, radii, R, t, pb, on, block: int, with_d: bool):
     return _unpack(acc, with_d)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(6, 7))
-def _pair_sums_rigid(p, radii, R, t, pb, on, block, with_d):
-    return _rigid_sparse(p, radii, R, t, pb, on, block, with_d)
+@functools.partial(jax.custom_jvp, nondiff_argnums=(6, 7, 8))
+def _pair_sums_rigid(p, radii, R, t, pb, on, block, with_d, grid):
+    if grid is None:
+        return _rigid_sparse(p, radii, R, t, pb, on, block, with_d)
+    from .pair_windows import windowed_sums  # noqa: PLC0415 (it builds on this module)
+
+    return windowed_sums(block, with_d, grid)(p, radii, R, t, pb, on)
 
 
 @_pair_sums_rigid.defjvp
-def _pair_sums_rigid_jvp(block, with_d, primals, tangents):
+def _pair_sums_rigid_jvp(block, with_d, grid, primals, tangents):
     return jax.jvp(lambda *a: _rigid_dense(*a, block, with_d), primals, tangents)
 
 
-def pair_sums_rigid(p, radii, R, t, pb, on, block: int, with_d: bool):
+def pair_sums_rigid(p, radii, R, t, pb, on, block: int, with_d: bool, grid: tuple | None = None):
     """:func:`pair_sums` of one rigid body's points ``pb`` (three ``[K]`` planes, body frame,
     m) at rotation ``R [3, 3]`` and position ``t [3]`` in the probes' frame (world or a
     link's: distances do not depend on it), counted when ``on`` (``[]`` bool). The blocks'
     boxes are found in the body frame, once for every environment, and only the blocks near
-    the probes are moved to the probes' frame."""
-    return _pair_sums_rigid(tuple(p), radii, R, t, tuple(pb), on, int(block), bool(with_d))
+    the probes are moved to the probes' frame. With ``grid = (ny, nx, wy, wx)`` (static, the
+    probes a row-major ``[ny, nx]`` grid) each such block takes only a window of ``wy x wx``
+    probes (:mod:`difftaxel.sensors.pair_windows`)."""
+    return _pair_sums_rigid(tuple(p), radii, R, t, tuple(pb), on, int(block), bool(with_d), grid)

@@ -29,6 +29,7 @@ from .base import (
     noised_radius,
     split3,
 )
+from .pair_windows import choose_window
 from .pairs import block_shape, pair_sums, pair_sums_rigid
 from .tracked import PointCloudSensor, pose_in_frame
 
@@ -141,6 +142,7 @@ class ProximityTaxel(PointCloudSensor):
     smoothing: float = static_field(0.0)
     crosstalk_support: tuple | None = derived_field(None)
     point_order: tuple | None = derived_field(None)
+    pair_window: tuple | None = derived_field(None)
 
     STAGES = ("radius_noise", "shear")
     N_CHANNELS = 6
@@ -183,9 +185,19 @@ class ProximityTaxel(PointCloudSensor):
                     "ProximityTaxel.probe_local_pos: degenerate grid spacing for crosstalk"
                 )
             d["crosstalk_support"] = self.imperfections.crosstalk_support((s_v, s_u))
-        d["point_order"] = spatial_order(
+        order = spatial_order(
             np.asarray(self.track_points.points), self.track_points.segments, self.point_chunk
         )
+        d["point_order"] = order
+        d["pair_window"] = None
+        if len(self.layout) == 2:
+            d["pair_window"] = choose_window(
+                np.asarray(self.probe_local_pos, np.float64).reshape(self.layout + (3,)),
+                float(np.max(np.asarray(self.probe_radius))),
+                np.asarray(self.track_points.points)[np.asarray(order)],
+                self.track_points.segments,
+                self.point_chunk,
+            )
         return d
 
     def init_state(self, key=None) -> ProximityState:
@@ -350,7 +362,9 @@ class ProximityTaxel(PointCloudSensor):
                 continue
             if kind == "rigid":
                 R_lb, t_lb, seg = data
-                Sb, D, _ = pair_sums_rigid(pl, radii, R_lb, t_lb, seg, m, chunk, shear)
+                Sb, D, _ = pair_sums_rigid(
+                    pl, radii, R_lb, t_lb, seg, m, chunk, shear, self.pair_window
+                )
             else:
                 Sb, D, _ = pair_sums(pl, radii, data, m, chunk, shear)
             tw = inputs.bodies.twists[b].astype(dtype)

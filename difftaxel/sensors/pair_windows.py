@@ -1,0 +1,228 @@
+"""ProximityTaxel's pair sums on a probe grid: each visited block against one window of probes.
+
+:func:`~difftaxel.sensors.pairs.pair_sums_rigid` visits only the blocks of a tracked body's
+points near the probes, but takes each block against every probe, though a block of a few
+millimetres reaches only a few rows and columns of a grid. On a grid layout ``[ny, nx]`` the
+sums here take each visited block against one window of ``wy x wx`` probes (rows and columns
+of the grid, chosen per block from the block's points) and add the window's sums into
+per-window accumulators, folded into the grid once at the end.
+
+Exact, with no capacity: a window is chosen so that every row and column outside it lies
+farther than the largest radius from the block's points (measured along the grid's own row
+and column directions, which bounds the distance from below). If a block, on any
+environment, reaches more rows or columns than the window holds (the window's size is static,
+chosen from the constructor's grid and radii, and a traced option may change them), or the
+grid's rows or columns are not in order, the step takes the every-probe pass instead, with the
+same readings.
+
+Under ``vmap`` the loop over blocks runs as a batched loop written here
+(:func:`jax.custom_batching.custom_vmap`): as many trips as the fullest environment needs,
+each environment's window picked by a row gather and its sums added by a scatter; a
+``while_loop`` under ``vmap`` would instead select its whole carry (every window's
+accumulators) on every trip. Values only: derivatives come from the exhaustive pass
+(:mod:`difftaxel.sensors.pairs`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._numerics import compute_once, runtime_one
+from ..geometry.planes import affine_planes
+from .pairs import _block_sums, _blocks, _rigid_sparse, _unpack, _zeros, block_order, reach
+
+Array = jax.Array
+
+#: lanes of one vector register of float32 (AVX-512): a window is grown to fill them
+LANES = 16
+
+
+def choose_window(grid: np.ndarray, radius: float, points: np.ndarray, segments, block: int):
+    """Static ``(ny, nx, wy, wx)`` window for the probes ``grid [ny, nx, 3]`` (m, link
+    frame), the largest sensing radius ``radius`` (m) and the tracked ``points [M, 3]`` (body
+    frames, in the order the sums cut them in blocks of ``block``), or None where a window
+    would not take fewer than half the probes.
+
+    A block of diameter ``d`` reaches at most ``floor((d + 2 R) / s) + 1`` rows of pitch
+    ``s``; the window takes that many (and 5 % more reach), grown to fill a vector of
+    :data:`LANES`. Only the speed depends on this choice: a step whose blocks reach beyond the
+    window is computed by the every-probe pass."""
+    from ..crosstalk import grid_metadata  # noqa: PLC0415 (crosstalk imports sensors)
+    from .pairs import block_shape  # noqa: PLC0415
+
+    g = np.asarray(grid, np.float64)
+    if g.ndim != 3 or min(g.shape[:2]) < 2:
+        return None
+    ny, nx = g.shape[:2]
+    s_v, s_u, _, _ = grid_metadata(g)
+    if not (s_v > 0 and s_u > 0):
+        return None
+    pts = np.asarray(points, np.float64)
+    diam, start = 0.0, 0
+    for _, c in segments:
+        if c:
+            nb, C = block_shape(c, block)
+            seg = pts[start : start + c]
+            for b in range(nb):
+                q = seg[b * C : (b + 1) * C]
+                if len(q):
+                    diam = max(diam, float(np.linalg.norm(q.max(0) - q.min(0))))
+        start += c
+    span = (diam + 2.0 * float(radius)) * 1.05
+    wy, wx = min(ny, int(span // s_v) + 1), min(nx, int(span // s_u) + 1)
+    lanes = LANES * math.ceil(wy * wx / LANES)
+    while True:  # fill the vector: more rows or columns at no cost
+        if wy < ny and (wy + 1) * wx <= lanes and wy <= wx:
+            wy += 1
+        elif wx < nx and wy * (wx + 1) <= lanes:
+            wx += 1
+        elif wy < ny and (wy + 1) * wx <= lanes:
+            wy += 1
+        else:
+            break
+    if 2 * wy * wx > ny * nx:
+        return None
+    return (ny, nx, wy, wx)
+
+
+def _grid_frame(p, grid):
+    """The grid's unit column and row directions ``eu, ev [3]`` (this step's positions), the
+    extent of each row along ``ev`` (``vlo, vhi [ny]``) and of each column along ``eu``
+    (``ulo, uhi [nx]``), and whether rows and columns are in order (``[]`` bool)."""
+    ny, nx = grid[:2]
+    q = [x.reshape(ny, nx) for x in p]
+    du = jnp.stack([jnp.mean(x[:, 1:] - x[:, :-1]) for x in q])
+    dv = jnp.stack([jnp.mean(x[1:] - x[:-1]) for x in q])
+    nu, nv = jnp.sqrt(jnp.sum(du * du)), jnp.sqrt(jnp.sum(dv * dv))
+    good = (nu > 0) & (nv > 0)
+    eu = du / jnp.where(good, nu, 1.0)
+    ev = dv / jnp.where(good, nv, 1.0)
+    u = sum(q[i] * eu[i] for i in range(3))  # [ny, nx]
+    v = sum(q[i] * ev[i] for i in range(3))
+    vlo, vhi = jnp.min(v, 1), jnp.max(v, 1)
+    ulo, uhi = jnp.min(u, 0), jnp.max(u, 0)
+    good = good & jnp.all(vhi[:-1] < vlo[1:]) & jnp.all(uhi[:-1] < ulo[1:])
+    return eu, ev, (vlo, vhi), (ulo, uhi), good
+
+
+def _first_and_fit(x, lo, hi, r, n, w):
+    """Window start (``[]`` int) along one grid axis for points at coordinates ``x [C]``: the
+    first of the ``n`` rows whose extent ``[lo, hi]`` comes within ``r`` of them, clipped so
+    the ``w`` rows fit, and whether every such row is inside the window."""
+    x_lo = x_hi = x[0]
+    for k in range(1, x.shape[0]):  # unrolled (why: a reduction is its own kernel)
+        x_lo, x_hi = jnp.minimum(x_lo, x[k]), jnp.maximum(x_hi, x[k])
+    first = jnp.sum(hi < x_lo - r)
+    last = jnp.sum(lo <= x_hi + r) - 1
+    i0 = jnp.clip(first, 0, n - w)
+    return i0, last <= i0 + w - 1
+
+
+def _windowed_batched(p, radii, R, t, pb, on, block, with_d, grid):
+    """The sums for ``E`` environments: ``R [E, 3, 3]``, ``t [E, 3]``, ``on [E]``; ``p``,
+    ``radii`` and ``pb`` the same for all. Returns ``(S, D, F)`` with a leading ``[E]``."""
+    fast, exhaustive = window_pass(p, radii, R, t, pb, on, block, with_d, grid)
+
+    def every_probe():
+        return jax.vmap(
+            lambda R_e, t_e, on_e: _rigid_sparse(p, radii, R_e, t_e, pb, on_e, block, with_d)
+        )(R, t, on)
+
+    return jax.lax.cond(exhaustive, every_probe, lambda: fast)
+
+
+def window_pass(p, radii, R, t, pb, on, block, with_d, grid):
+    """The windowed sums alone (arguments of :func:`_windowed_batched`), and whether they
+    must be replaced by the every-probe pass (``[]`` bool: a block reached beyond its window
+    on some environment, or the grid's rows or columns are out of order)."""
+    ny, nx, wy, wx = grid
+    E = R.shape[0]
+    cols = _blocks(pb, (), block)  # three [nb, C], body frame
+    nb, C = cols[0].shape
+    order, count = jax.vmap(block_order, in_axes=(None, None, 0, 0, None, 0))(
+        p, radii, R, t, cols, on
+    )
+    eu, ev, (vlo, vhi), (ulo, uhi), good = _grid_frame(p, grid)
+    B, L = radii.shape[0], wy * wx
+    nwy, nwx = ny - wy + 1, nx - wx + 1
+    rows = np.arange(nwy)[:, None, None, None] + np.arange(wy)[None, None, :, None]
+    colx = np.arange(nwx)[None, :, None, None] + np.arange(wx)[None, None, None, :]
+    idx = (rows * nx + colx).reshape(nwy * nwx, L)  # each window's probes, row-major
+    # one row per window: the probes' x, y, z and each branch's radii (a trip gathers one)
+    table = jnp.concatenate([x[idx] for x in p] + [radii[b][idx] for b in range(B)], 1)
+    points = jnp.stack(cols, 1).reshape(nb, 3 * C)
+    n_terms = 1 + 3 * bool(with_d)
+    zero = _zeros(jnp.zeros((B, L), radii.dtype), n_terms)  # a window's sums, [B, L] each
+    acc0 = tuple(jnp.zeros((E, B, nwy * nwx, L), a.dtype) for a in zero)
+
+    def trip(k, acc, R_e, t_e, order_e, count_e):
+        valid = k < count_e
+        pts = points[order_e[k]].reshape(3, C)
+        x = affine_planes(R_e, t_e, pts[0], pts[1], pts[2])  # link frame, three [C]
+        x = compute_once(runtime_one(x[0]), *x)  # moved once, not once per probe
+        r = reach(p, radii, t_e)
+        i0, fit_v = _first_and_fit(sum(x[i] * ev[i] for i in range(3)), vlo, vhi, r, ny, wy)
+        j0, fit_u = _first_and_fit(sum(x[i] * eu[i] for i in range(3)), ulo, uhi, r, nx, wx)
+        w = i0 * nwx + j0
+        g = table[w]
+        g = compute_once(runtime_one(g), g)  # gathered once, not once per point
+        gp = (g[:L], g[L : 2 * L], g[2 * L : 3 * L])
+        gr = jnp.stack([g[(3 + b) * L : (4 + b) * L] for b in range(B)])
+        sums = _block_sums(zero, x, gp, gr, with_d, value_only=True)
+        acc = tuple(a.at[:, w].add(jnp.where(valid, s, 0)) for a, s in zip(acc, sums, strict=True))
+        return acc, valid & ~(fit_v & fit_u)
+
+    def body(carry):
+        k, acc, bad = carry
+        acc, b = jax.vmap(trip, in_axes=(None, 0, 0, 0, 0, 0))(k, acc, R, t, order, count)
+        return k + 1, acc, bad | jnp.any(b)
+
+    init = (jnp.zeros((), jnp.int32), acc0, jnp.zeros((), bool))
+    kmax = jnp.max(count)
+    _, acc, bad = jax.lax.while_loop(lambda c: c[0] < kmax, body, init)
+
+    def fold(a):  # [E, B, nw, L] -> [E, B, N]: each window's sums onto its probes
+        a = a.reshape(E, B, nwy, nwx, wy, wx)
+        out = jnp.zeros((E, B, ny, nx), a.dtype)
+        for i in range(wy):
+            for j in range(wx):
+                out = out.at[:, :, i : i + nwy, j : j + nwx].add(a[..., i, j])
+        return out.reshape(E, B, ny * nx)
+
+    return _unpack(tuple(fold(a) for a in acc), with_d), bad | ~good
+
+
+@functools.cache
+def windowed_sums(block: int, with_d: bool, grid: tuple):
+    """The value of :func:`~difftaxel.sensors.pairs.pair_sums_rigid` on the grid
+    ``grid = (ny, nx, wy, wx)`` (:func:`choose_window`), as a function of ``(p, radii, R, t,
+    pb, on)`` whose ``vmap`` over ``R``, ``t`` and ``on`` is the batched loop above. Other
+    batched arguments (per-environment probes, radii or points) take the every-probe pass."""
+
+    @jax.custom_batching.custom_vmap
+    def sums(p, radii, R, t, pb, on):
+        out = _windowed_batched(p, radii, R[None], t[None], pb, on[None], block, with_d, grid)
+        return jax.tree.map(lambda x: x[0], out)
+
+    @sums.def_vmap
+    def _rule(axis_size, in_batched, p, radii, R, t, pb, on):
+        b_p, b_r, b_R, b_t, b_pb, b_on = in_batched
+        if any(jax.tree.leaves((b_p, b_r, b_pb))):
+            axes = jax.tree.map(lambda b: 0 if b else None, tuple(in_batched))
+            out = jax.vmap(
+                lambda *a: _rigid_sparse(*a, block, with_d), in_axes=axes
+            )(p, radii, R, t, pb, on)  # fmt: skip
+        else:
+            E = axis_size
+            R = R if b_R else jnp.broadcast_to(R, (E, 3, 3))
+            t = t if b_t else jnp.broadcast_to(t, (E, 3))
+            on = on if b_on else jnp.broadcast_to(on, (E,))
+            out = _windowed_batched(p, radii, R, t, pb, on, block, with_d, grid)
+        return out, jax.tree.map(lambda _: True, out)
+
+    return sums
