@@ -34,7 +34,7 @@ import numpy as np
 
 from .._numerics import compute_once, runtime_one
 from ..geometry.planes import affine_planes
-from .pairs import _block_sums, _blocks, _rigid_sparse, _unpack, _zeros, block_order, reach
+from .pairs import _block_sums, _blocks, _rigid_sparse, _unpack, _zeros, blocks_near, reach
 
 Array = jax.Array
 
@@ -123,6 +123,25 @@ def _first_and_fit(x, lo, hi, r, n, w):
     return i0, last <= i0 + w - 1
 
 
+def _batched_order(near):
+    """``(order [E, nb + 1], count [E])`` of :func:`~difftaxel.sensors.pairs.block_order`
+    for ``near [E, nb]``. The prefix sums are products with triangular matrices of ones over
+    chunks of 16 (exact in float32 below 2^24), and the slots one flat scatter (why: XLA's
+    CPU cumulative sum is a windowed reduction, and a scatter under ``vmap`` first builds
+    ``[E nb, 2]`` indices)."""
+    E, nb = near.shape
+    n16 = -(-nb // 16)
+    m = jnp.pad(near.astype(jnp.float32), ((0, 0), (0, 16 * n16 - nb))).reshape(E, n16, 16)
+    inner = m @ jnp.asarray(np.triu(np.ones((16, 16), np.float32)))  # inclusive, per chunk
+    before = inner[:, :, -1] @ jnp.asarray(np.triu(np.ones((n16, n16), np.float32), 1))
+    cum = (inner + before[:, :, None]).reshape(E, 16 * n16)[:, :nb].astype(jnp.int32)
+    base = (nb + 1) * jnp.arange(E, dtype=jnp.int32)[:, None]
+    slots = (jnp.where(near, cum - 1, nb) + base).reshape(-1)
+    blocks = jnp.broadcast_to(jnp.arange(nb, dtype=jnp.int32), (E, nb)).reshape(-1)
+    order = jnp.zeros((E * (nb + 1),), jnp.int32).at[slots].set(blocks)
+    return order.reshape(E, nb + 1), cum[:, -1]
+
+
 def _windowed_batched(p, radii, R, t, pb, on, block, with_d, grid):
     """The sums for ``E`` environments: ``R [E, 3, 3]``, ``t [E, 3]``, ``on [E]``; ``p``,
     ``radii`` and ``pb`` the same for all. Returns ``(S, D, F)`` with a leading ``[E]``."""
@@ -144,9 +163,8 @@ def window_pass(p, radii, R, t, pb, on, block, with_d, grid):
     E = R.shape[0]
     cols = _blocks(pb, (), block)  # three [nb, C], body frame
     nb, C = cols[0].shape
-    order, count = jax.vmap(block_order, in_axes=(None, None, 0, 0, None, 0))(
-        p, radii, R, t, cols, on
-    )
+    near = jax.vmap(blocks_near, in_axes=(None, None, 0, 0, None, 0))(p, radii, R, t, cols, on)
+    order, count = _batched_order(near)
     eu, ev, (vlo, vhi), (ulo, uhi), good = _grid_frame(p, grid)
     B, L = radii.shape[0], wy * wx
     nwy, nwx = ny - wy + 1, nx - wx + 1

@@ -147,7 +147,20 @@ def _rigid_dense(p, radii, R, t, pb, on, block: int, with_d: bool):
 def block_order(p, radii, R, t, cols, on):
     """``(order [nb + 1], count [])``: the indices of the blocks ``cols`` (three ``[nb, C]``
     planes, body frame, padded with far points) whose body-frame box meets the probes' box
-    grown by the largest radius, first, in block order; ``count`` of them (0 unless ``on``)."""
+    grown by the largest radius (:func:`blocks_near`), first, in block order; ``count`` of
+    them."""
+    meets = blocks_near(p, radii, R, t, cols, on)
+    nb = cols[0].shape[0]
+    cum = jnp.cumsum(meets.astype(jnp.int32))
+    slots = jnp.where(meets, cum - 1, nb)
+    order = jnp.zeros((nb + 1,), jnp.int32).at[slots].set(jnp.arange(nb, dtype=jnp.int32))
+    return order, cum[-1]
+
+
+def blocks_near(p, radii, R, t, cols, on):
+    """``[nb]`` bool: the blocks ``cols`` (three ``[nb, C]`` planes, body frame, padded with
+    far points) whose body-frame box meets the probes' box grown by the largest radius (all
+    False unless ``on``)."""
     nb = cols[0].shape[0]
     # the probes' box: the eight corners of their box in their own frame, taken into the
     # body frame (the same box when the probes lie on an axis-aligned rectangle, such as a
@@ -163,10 +176,7 @@ def block_order(p, radii, R, t, cols, on):
         lo = jnp.min(jnp.where(real, c, jnp.inf), 1)
         hi = jnp.max(jnp.where(real, c, -jnp.inf), 1)
         meets = meets & (lo <= jnp.max(q) + margin) & (hi >= jnp.min(q) - margin)
-    cum = jnp.cumsum(meets.astype(jnp.int32))
-    slots = jnp.where(meets, cum - 1, nb)
-    order = jnp.zeros((nb + 1,), jnp.int32).at[slots].set(jnp.arange(nb, dtype=jnp.int32))
-    return order, cum[-1]
+    return meets
 
 
 def reach(p, radii, t):
