@@ -178,7 +178,7 @@ def window_pass(p, radii, R, t, pb, on, block, with_d, grid):
     zero = _zeros(jnp.zeros((B, L), radii.dtype), n_terms)  # a window's sums, [B, L] each
     acc0 = tuple(jnp.zeros((E, B, nwy * nwx, L), a.dtype) for a in zero)
 
-    def trip(k, acc, R_e, t_e, order_e, count_e):
+    def trip(k, acc, bad, R_e, t_e, order_e, count_e):
         valid = k < count_e
         pts = points[order_e[k]].reshape(3, C)
         x = affine_planes(R_e, t_e, pts[0], pts[1], pts[2])  # link frame, three [C]
@@ -193,16 +193,17 @@ def window_pass(p, radii, R, t, pb, on, block, with_d, grid):
         gr = jnp.stack([g[(3 + b) * L : (4 + b) * L] for b in range(B)])
         sums = _block_sums(zero, x, gp, gr, with_d, value_only=True)
         acc = tuple(a.at[:, w].add(jnp.where(valid, s, 0)) for a, s in zip(acc, sums, strict=True))
-        return acc, valid & ~(fit_v & fit_u)
+        return acc, bad | (valid & ~(fit_v & fit_u))
 
-    def body(carry):
+    def body(carry):  # bad: per environment, reduced once after the loop
         k, acc, bad = carry
-        acc, b = jax.vmap(trip, in_axes=(None, 0, 0, 0, 0, 0))(k, acc, R, t, order, count)
-        return k + 1, acc, bad | jnp.any(b)
+        acc, bad = jax.vmap(trip, in_axes=(None, 0, 0, 0, 0, 0, 0))(k, acc, bad, R, t, order, count)
+        return k + 1, acc, bad
 
-    init = (jnp.zeros((), jnp.int32), acc0, jnp.zeros((), bool))
+    init = (jnp.zeros((), jnp.int32), acc0, jnp.zeros((E,), bool))
     kmax = jnp.max(count)
     _, acc, bad = jax.lax.while_loop(lambda c: c[0] < kmax, body, init)
+    bad = jnp.any(bad)
 
     def fold(a):  # [E, B, nw, L] -> [E, B, N]: each window's sums onto its probes
         a = a.reshape(E, B, nwy, nwx, wy, wx)
