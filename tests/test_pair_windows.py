@@ -73,18 +73,24 @@ def assert_sums_close(a, b, scale):
 def test_choose_window():
     g = grid_positions()
     pts = sphere_points()
-    assert choose_window(g, RADIUS, pts, ((0, len(pts)),), 8) == (8, 8, 4, 4)
+    # blocks reach 4 rows: 4 x 4 windows starting at every row
+    assert choose_window(g, RADIUS, pts, ((0, len(pts)),), 8) == (8, 8, 4, 4, 1, 1)
+    # blocks reach 3 rows: 4 x 4 windows starting every other row (and at the last)
+    assert choose_window(g, 0.0015, pts, ((0, len(pts)),), 8) == (8, 8, 4, 4, 2, 2)
     # a larger radius reaches more rows: a larger window (two vectors)
-    ny, nx, wy, wx = choose_window(g, 0.004, pts, ((0, len(pts)),), 8)
+    ny, nx, wy, wx, _, _ = choose_window(g, 0.004, pts, ((0, len(pts)),), 8)
     assert (ny, nx) == (8, 8) and 16 < wy * wx <= 32
     assert choose_window(grid_positions(3, 3), RADIUS, pts, ((0, len(pts)),), 8) is None
     assert choose_window(g[:1], RADIUS, pts, ((0, len(pts)),), 8) is None  # one row
 
 
-@pytest.mark.parametrize("with_d,branches", [(False, 1), (True, 2)])
-def test_windowed_equals_exhaustive_under_vmap(with_d, branches):
-    p, radii, pts, window = setup(branches=branches)
-    assert window == (8, 8, 4, 4)
+@pytest.mark.parametrize(
+    "with_d,branches,radius,window", [(False, 1, RADIUS, (1, 1)), (True, 2, 0.0015, (2, 2))]
+)
+def test_windowed_equals_exhaustive_under_vmap(with_d, branches, radius, window):
+    p, radii, pts, window_ = setup(radius, branches=branches)
+    assert window_ == (8, 8, 4, 4) + window
+    window = window_
     R, t = poses(6)
     on = jnp.array([True] * 4 + [False, True])
     f = jax.jit(
@@ -175,7 +181,7 @@ def test_sensor_readings_with_and_without_windows(monkeypatch):
     fast = ProximityTaxel(**kw)
     monkeypatch.setattr(prox_mod, "choose_window", lambda *a, **k: None)
     slow = ProximityTaxel(**kw)
-    assert fast.pair_window == (8, 8, 4, 4) and slow.pair_window is None
+    assert fast.pair_window[:4] == (8, 8, 4, 4) and slow.pair_window is None
 
     R, t = poses(4)
     quat = jax.vmap(P.matrix_to_quat)(R)

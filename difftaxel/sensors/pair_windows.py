@@ -4,8 +4,9 @@
 points near the probes, but takes each block against every probe, though a block of a few
 millimetres reaches only a few rows and columns of a grid. On a grid layout ``[ny, nx]`` the
 sums here take each visited block against one window of ``wy x wx`` probes (rows and columns
-of the grid, chosen per block from the block's points) and add the window's sums into
-per-window accumulators, folded into the grid once at the end.
+of the grid, chosen per block from the block's points; windows start every ``sy`` rows and
+``sx`` columns, and at the last that fits) and add the window's sums into per-window
+accumulators, folded into the grid once at the end.
 
 Exact, with no capacity: a window is chosen so that every row and column outside it lies
 farther than the largest radius from the block's points (measured along the grid's own row
@@ -43,7 +44,7 @@ LANES = 16
 
 
 def choose_window(grid: np.ndarray, radius: float, points: np.ndarray, segments, block: int):
-    """Static ``(ny, nx, wy, wx)`` window for the probes ``grid [ny, nx, 3]`` (m, link
+    """Static ``(ny, nx, wy, wx, sy, sx)`` windows for the probes ``grid [ny, nx, 3]`` (m, link
     frame), the largest sensing radius ``radius`` (m) and the tracked ``points [M, 3]`` (body
     frames, in the order the sums cut them in blocks of ``block``), or None where a window
     would not take fewer than half the probes.
@@ -75,6 +76,7 @@ def choose_window(grid: np.ndarray, radius: float, points: np.ndarray, segments,
         start += c
     span = (diam + 2.0 * float(radius)) * 1.05
     wy, wx = min(ny, int(span // s_v) + 1), min(nx, int(span // s_u) + 1)
+    need = (wy, wx)
     lanes = LANES * math.ceil(wy * wx / LANES)
     while True:  # fill the vector: more rows or columns at no cost
         if wy < ny and (wy + 1) * wx <= lanes and wy <= wx:
@@ -87,7 +89,9 @@ def choose_window(grid: np.ndarray, radius: float, points: np.ndarray, segments,
             break
     if 2 * wy * wx > ny * nx:
         return None
-    return (ny, nx, wy, wx)
+    # windows start every ``w - need + 1`` rows (and at the last row that fits): a block
+    # reaching ``need`` rows fits in one of them
+    return (ny, nx, wy, wx, wy - need[0] + 1, wx - need[1] + 1)
 
 
 def _grid_frame(p, grid):
@@ -110,17 +114,23 @@ def _grid_frame(p, grid):
     return eu, ev, (vlo, vhi), (ulo, uhi), good
 
 
-def _first_and_fit(x, lo, hi, r, n, w):
-    """Window start (``[]`` int) along one grid axis for points at coordinates ``x [C]``: the
-    first of the ``n`` rows whose extent ``[lo, hi]`` comes within ``r`` of them, clipped so
-    the ``w`` rows fit, and whether every such row is inside the window."""
+def _starts(n, w, s):
+    """The rows where windows of ``w`` of ``n`` rows start: every ``s`` rows, and the last."""
+    return np.array(sorted(set(range(0, n - w + 1, s)) | {n - w}))
+
+
+def _first_and_fit(x, lo, hi, r, n, w, s):
+    """Window (``[]`` int: its index in :func:`_starts`) along one grid axis for points at
+    coordinates ``x [C]``: the last start at or before the first of the ``n`` rows whose
+    extent ``[lo, hi]`` comes within ``r`` of them, and whether every such row is inside."""
     x_lo = x_hi = x[0]
     for k in range(1, x.shape[0]):  # unrolled (why: a reduction is its own kernel)
         x_lo, x_hi = jnp.minimum(x_lo, x[k]), jnp.maximum(x_hi, x[k])
     first = jnp.sum(hi < x_lo - r)
     last = jnp.sum(lo <= x_hi + r) - 1
-    i0 = jnp.clip(first, 0, n - w)
-    return i0, last <= i0 + w - 1
+    ia = jnp.minimum(first // s, len(_starts(n, w, s)) - 1)
+    i0 = jnp.minimum(ia * s, n - w)
+    return ia, last <= i0 + w - 1
 
 
 def _batched_order(near):
@@ -159,7 +169,7 @@ def window_pass(p, radii, R, t, pb, on, block, with_d, grid):
     """The windowed sums alone (arguments of :func:`_windowed_batched`), and whether they
     must be replaced by the every-probe pass (``[]`` bool: a block reached beyond its window
     on some environment, or the grid's rows or columns are out of order)."""
-    ny, nx, wy, wx = grid
+    ny, nx, wy, wx, sy, sx = grid
     E = R.shape[0]
     cols = _blocks(pb, (), block)  # three [nb, C], body frame
     nb, C = cols[0].shape
@@ -167,9 +177,10 @@ def window_pass(p, radii, R, t, pb, on, block, with_d, grid):
     order, count = _batched_order(near)
     eu, ev, (vlo, vhi), (ulo, uhi), good = _grid_frame(p, grid)
     B, L = radii.shape[0], wy * wx
-    nwy, nwx = ny - wy + 1, nx - wx + 1
-    rows = np.arange(nwy)[:, None, None, None] + np.arange(wy)[None, None, :, None]
-    colx = np.arange(nwx)[None, :, None, None] + np.arange(wx)[None, None, None, :]
+    ay, ax = _starts(ny, wy, sy), _starts(nx, wx, sx)
+    nwy, nwx = len(ay), len(ax)
+    rows = ay[:, None, None, None] + np.arange(wy)[None, None, :, None]
+    colx = ax[None, :, None, None] + np.arange(wx)[None, None, None, :]
     idx = (rows * nx + colx).reshape(nwy * nwx, L)  # each window's probes, row-major
     # one row per window: the probes' x, y, z and each branch's radii (a trip gathers one)
     table = jnp.concatenate([x[idx] for x in p] + [radii[b][idx] for b in range(B)], 1)
@@ -184,8 +195,8 @@ def window_pass(p, radii, R, t, pb, on, block, with_d, grid):
         x = affine_planes(R_e, t_e, pts[0], pts[1], pts[2])  # link frame, three [C]
         x = compute_once(runtime_one(x[0]), *x)  # moved once, not once per probe
         r = reach(p, radii, t_e)
-        i0, fit_v = _first_and_fit(sum(x[i] * ev[i] for i in range(3)), vlo, vhi, r, ny, wy)
-        j0, fit_u = _first_and_fit(sum(x[i] * eu[i] for i in range(3)), ulo, uhi, r, nx, wx)
+        i0, fit_v = _first_and_fit(sum(x[i] * ev[i] for i in range(3)), vlo, vhi, r, ny, wy, sy)
+        j0, fit_u = _first_and_fit(sum(x[i] * eu[i] for i in range(3)), ulo, uhi, r, nx, wx, sx)
         w = i0 * nwx + j0
         g = table[w]
         g = compute_once(runtime_one(g), g)  # gathered once, not once per point
@@ -205,11 +216,18 @@ def window_pass(p, radii, R, t, pb, on, block, with_d, grid):
     _, acc, bad = jax.lax.while_loop(lambda c: c[0] < kmax, body, init)
     bad = jnp.any(bad)
 
-    def fold(a):  # [E, B, nw, L] -> [E, B, N]: each window's sums onto its probes
+    # each window's sums onto its probes: products with 0/1 matrices, columns then rows
+    # (why: a few small matrix products, where a sum of shifted copies reads every window
+    # once per offset)
+    onto_x = np.zeros((nwx, wx, nx), np.float32)
+    onto_x[np.arange(nwx)[:, None], np.arange(wx)[None], ax[:, None] + np.arange(wx)[None]] = 1
+    onto_y = np.zeros((nwy, wy, ny), np.float32)
+    onto_y[np.arange(nwy)[:, None], np.arange(wy)[None], ay[:, None] + np.arange(wy)[None]] = 1
+
+    def fold(a):  # [E, B, nw, L] -> [E, B, N]
         a = a.reshape(E, B, nwy, nwx, wy, wx)
-        pads = lambda i, j: ((0, 0), (0, 0), (i, wy - 1 - i), (j, wx - 1 - j))  # noqa: E731
-        # one sum of shifted copies (why: XLA fuses the pads into one pass over the grid)
-        out = sum(jnp.pad(a[..., i, j], pads(i, j)) for i in range(wy) for j in range(wx))
+        c = jnp.einsum("ebyxij,xjn->ebyin", a, jnp.asarray(onto_x, a.real.dtype))
+        out = jnp.einsum("ebyin,yim->ebmn", c, jnp.asarray(onto_y, a.real.dtype))
         return out.reshape(E, B, ny * nx)
 
     return _unpack(tuple(fold(a) for a in acc), with_d), bad | ~good
@@ -218,7 +236,7 @@ def window_pass(p, radii, R, t, pb, on, block, with_d, grid):
 @functools.cache
 def windowed_sums(block: int, with_d: bool, grid: tuple):
     """The value of :func:`~difftaxel.sensors.pairs.pair_sums_rigid` on the grid
-    ``grid = (ny, nx, wy, wx)`` (:func:`choose_window`), as a function of ``(p, radii, R, t,
+    ``grid = (ny, nx, wy, wx, sy, sx)`` (:func:`choose_window`), as a function of ``(p, radii, R, t,
     pb, on)`` whose ``vmap`` over ``R``, ``t`` and ``on`` is the batched loop above. Other
     batched arguments (per-environment probes, radii or points) take the every-probe pass."""
 

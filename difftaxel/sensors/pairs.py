@@ -225,7 +225,7 @@ def pair_sums_rigid(p, radii, R, t, pb, on, block: int, with_d: bool, grid: tupl
     m) at rotation ``R [3, 3]`` and position ``t [3]`` in the probes' frame (world or a
     link's: distances do not depend on it), counted when ``on`` (``[]`` bool). The blocks'
     boxes are found in the body frame, once for every environment, and only the blocks near
-    the probes are moved to the probes' frame. With ``grid = (ny, nx, wy, wx)`` (static, the
-    probes a row-major ``[ny, nx]`` grid) each such block takes only a window of ``wy x wx``
-    probes (:mod:`difftaxel.sensors.pair_windows`)."""
+    the probes are moved to the probes' frame. With ``grid = (ny, nx, wy, wx, sy, sx)``
+    (static, the probes a row-major ``[ny, nx]`` grid) each such block takes only a window
+    of ``wy x wx`` probes (:mod:`difftaxel.sensors.pair_windows`)."""
     return _pair_sums_rigid(tuple(p), radii, R, t, tuple(pb), on, int(block), bool(with_d), grid)
