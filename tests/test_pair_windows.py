@@ -82,6 +82,8 @@ def test_choose_window():
     assert (ny, nx) == (8, 8) and 16 < wy * wx <= 32
     assert choose_window(grid_positions(3, 3), RADIUS, pts, ((0, len(pts)),), 8) is None
     assert choose_window(g[:1], RADIUS, pts, ((0, len(pts)),), 8) is None  # one row
+    shuffled = g[np.r_[1, 0, 2:NY]]  # rows out of order: no windows
+    assert choose_window(shuffled, RADIUS, pts, ((0, len(pts)),), 8) is None
 
 
 @pytest.mark.parametrize(

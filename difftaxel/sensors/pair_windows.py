@@ -20,8 +20,9 @@ Under ``vmap`` the loop over blocks runs as a batched loop written here
 (:func:`jax.custom_batching.custom_vmap`): as many trips as the fullest environment needs,
 each environment's window picked by a row gather and its sums added by a scatter; a
 ``while_loop`` under ``vmap`` would instead select its whole carry (every window's
-accumulators) on every trip. Values only: derivatives come from the exhaustive pass
-(:mod:`difftaxel.sensors.pairs`).
+accumulators) on every trip. Under a second ``vmap`` (environments of environments) the
+outer one batches this loop the ordinary way: the same values, less of the gain. Values
+only: derivatives come from the exhaustive pass (:mod:`difftaxel.sensors.pairs`).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def choose_window(grid: np.ndarray, radius: float, points: np.ndarray, segments,
     """Static ``(ny, nx, wy, wx, sy, sx)`` windows for the probes ``grid [ny, nx, 3]`` (m, link
     frame), the largest sensing radius ``radius`` (m) and the tracked ``points [M, 3]`` (body
     frames, in the order the sums cut them in blocks of ``block``), or None where a window
-    would not take fewer than half the probes.
+    would not take fewer than half the probes or the rows and columns are not in order.
 
     A block of diameter ``d`` reaches at most ``floor((d + 2 R) / s) + 1`` rows of pitch
     ``s``; the window takes that many (and 5 % more reach), grown to fill a vector of
@@ -60,8 +61,11 @@ def choose_window(grid: np.ndarray, radius: float, points: np.ndarray, segments,
     if g.ndim != 3 or min(g.shape[:2]) < 2:
         return None
     ny, nx = g.shape[:2]
-    s_v, s_u, _, _ = grid_metadata(g)
+    s_v, s_u, t_u, t_v = grid_metadata(g)
     if not (s_v > 0 and s_u > 0):
+        return None
+    u, v = g @ t_u, g @ t_v  # rows and columns must be in order along the grid's axes
+    if not (np.all(v.max(1)[:-1] < v.min(1)[1:]) and np.all(u.max(0)[:-1] < u.min(0)[1:])):
         return None
     pts = np.asarray(points, np.float64)
     diam, start = 0.0, 0
@@ -157,12 +161,18 @@ def _windowed_batched(p, radii, R, t, pb, on, block, with_d, grid):
     ``radii`` and ``pb`` the same for all. Returns ``(S, D, F)`` with a leading ``[E]``."""
     fast, exhaustive = window_pass(p, radii, R, t, pb, on, block, with_d, grid)
 
-    def every_probe():
-        return jax.vmap(
+    def every_probe(carry):  # at most one trip
+        flag, _ = carry
+        # tied to the loop's flag: XLA may not hoist the pass out of the loop and run it always
+        R_, t_, _ = jax.lax.optimization_barrier((R, t, flag))
+        out = jax.vmap(
             lambda R_e, t_e, on_e: _rigid_sparse(p, radii, R_e, t_e, pb, on_e, block, with_d)
-        )(R, t, on)
+        )(R_, t_, on)
+        return jnp.zeros_like(flag), out
 
-    return jax.lax.cond(exhaustive, every_probe, lambda: fast)
+    # a loop rather than a cond (why: under a second vmap a batched cond runs both branches;
+    # a loop runs only while some environment needs the every-probe pass)
+    return jax.lax.while_loop(lambda c: c[0], every_probe, (exhaustive, fast))[1]
 
 
 def window_pass(p, radii, R, t, pb, on, block, with_d, grid):
