@@ -77,9 +77,11 @@ def test_choose_window():
     assert choose_window(g, RADIUS, pts, ((0, len(pts)),), 8) == (8, 8, 4, 4, 1, 1)
     # blocks reach 3 rows: 4 x 4 windows starting every other row (and at the last)
     assert choose_window(g, 0.0015, pts, ((0, len(pts)),), 8) == (8, 8, 4, 4, 2, 2)
-    # a larger radius reaches more rows: a larger window (two vectors)
-    ny, nx, wy, wx, _, _ = choose_window(g, 0.004, pts, ((0, len(pts)),), 8)
-    assert (ny, nx) == (8, 8) and 16 < wy * wx <= 32
+    # a larger radius reaches more rows: windows of two vectors do not pay on 64 probes...
+    assert choose_window(g, 0.004, pts, ((0, len(pts)),), 8) is None
+    # ...but do on 1600
+    ny, nx, wy, wx, _, _ = choose_window(grid_positions(40, 40), 0.004, pts, ((0, len(pts)),), 8)
+    assert (ny, nx) == (40, 40) and 16 < wy * wx <= 32
     assert choose_window(grid_positions(3, 3), RADIUS, pts, ((0, len(pts)),), 8) is None
     assert choose_window(g[:1], RADIUS, pts, ((0, len(pts)),), 8) is None  # one row
     shuffled = g[np.r_[1, 0, 2:NY]]  # rows out of order: no windows

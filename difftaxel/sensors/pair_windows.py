@@ -47,8 +47,10 @@ LANES = 16
 def choose_window(grid: np.ndarray, radius: float, points: np.ndarray, segments, block: int):
     """Static ``(ny, nx, wy, wx, sy, sx)`` windows for the probes ``grid [ny, nx, 3]`` (m, link
     frame), the largest sensing radius ``radius`` (m) and the tracked ``points [M, 3]`` (body
-    frames, in the order the sums cut them in blocks of ``block``), or None where a window
-    would not take fewer than half the probes or the rows and columns are not in order.
+    frames, in the order the sums cut them in blocks of ``block``), or None where windows
+    would not pay (a window wider than one vector of :data:`LANES` probes, unless every probe
+    takes eight times its vectors; or half the grid) or the rows and columns are not in
+    order.
 
     A block of diameter ``d`` reaches at most ``floor((d + 2 R) / s) + 1`` rows of pitch
     ``s``; the window takes that many (and 5 % more reach), grown to fill a vector of
@@ -91,7 +93,11 @@ def choose_window(grid: np.ndarray, radius: float, points: np.ndarray, segments,
             wy += 1
         else:
             break
-    if 2 * wy * wx > ny * nx:
+    # worth it where a window takes one vector, or an eighth of the vectors of every probe
+    # (measured: a 30-probe window on an 11 x 11 pad is slower than every probe)
+    if wy * wx > LANES and 8 * math.ceil(wy * wx / LANES) > math.ceil(ny * nx / LANES):
+        return None
+    if 2 * wy * wx > ny * nx:  # half the grid or more: every probe
         return None
     # windows start every ``w - need + 1`` rows (and at the last row that fits): a block
     # reaching ``need`` rows fits in one of them
