@@ -211,9 +211,9 @@ def window_pass(p, radii, R, t, pb, on, block, with_d, grid):
         x = affine_planes(R_e, t_e, pts[0], pts[1], pts[2])  # link frame, three [C]
         x = compute_once(runtime_one(x[0]), *x)  # moved once, not once per probe
         r = reach(p, radii, t_e)
-        i0, fit_v = _first_and_fit(sum(x[i] * ev[i] for i in range(3)), vlo, vhi, r, ny, wy, sy)
-        j0, fit_u = _first_and_fit(sum(x[i] * eu[i] for i in range(3)), ulo, uhi, r, nx, wx, sx)
-        w = i0 * nwx + j0
+        iy, fit_v = _first_and_fit(sum(x[i] * ev[i] for i in range(3)), vlo, vhi, r, ny, wy, sy)
+        ix, fit_u = _first_and_fit(sum(x[i] * eu[i] for i in range(3)), ulo, uhi, r, nx, wx, sx)
+        w = iy * nwx + ix  # the window: its row of starts, its column of starts
         g = table[w]
         g = compute_once(runtime_one(g), g)  # gathered once, not once per point
         gp = (g[:L], g[L : 2 * L], g[2 * L : 3 * L])
