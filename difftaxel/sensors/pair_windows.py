@@ -205,12 +205,13 @@ def window_pass(p, radii, R, t, pb, on, block, with_d, grid):
     zero = _zeros(jnp.zeros((B, L), radii.dtype), n_terms)  # a window's sums, [B, L] each
     acc0 = tuple(jnp.zeros((E, B, nwy * nwx, L), a.dtype) for a in zero)
 
-    def trip(k, acc, bad, R_e, t_e, order_e, count_e):
+    r_env = jax.vmap(lambda t_e: reach(p, radii, t_e))(t)  # [E], once, not once a trip
+
+    def trip(k, acc, bad, R_e, t_e, r, order_e, count_e):
         valid = k < count_e
         pts = points[order_e[k]].reshape(3, C)
         x = affine_planes(R_e, t_e, pts[0], pts[1], pts[2])  # link frame, three [C]
         x = compute_once(runtime_one(x[0]), *x)  # moved once, not once per probe
-        r = reach(p, radii, t_e)
         iy, fit_v = _first_and_fit(sum(x[i] * ev[i] for i in range(3)), vlo, vhi, r, ny, wy, sy)
         ix, fit_u = _first_and_fit(sum(x[i] * eu[i] for i in range(3)), ulo, uhi, r, nx, wx, sx)
         w = iy * nwx + ix  # the window: its row of starts, its column of starts
@@ -224,7 +225,8 @@ def window_pass(p, radii, R, t, pb, on, block, with_d, grid):
 
     def body(carry):  # bad: per environment, reduced once after the loop
         k, acc, bad = carry
-        acc, bad = jax.vmap(trip, in_axes=(None, 0, 0, 0, 0, 0, 0))(k, acc, bad, R, t, order, count)
+        args = (k, acc, bad, R, t, r_env, order, count)
+        acc, bad = jax.vmap(trip, in_axes=(None,) + (0,) * 7)(*args)
         return k + 1, acc, bad
 
     init = (jnp.zeros((), jnp.int32), acc0, jnp.zeros((E,), bool))

@@ -31,7 +31,7 @@ from .base import (
 )
 from .pair_windows import choose_window
 from .pairs import block_shape, pair_sums, pair_sums_rigid
-from .tracked import PointCloudSensor, pose_in_frame
+from .tracked import PointCloudSensor, motion_planes, pose_in_frame
 
 Array = jax.Array
 
@@ -103,17 +103,20 @@ class ProximityTaxel(PointCloudSensor):
     Genesis computes them in the world and rotates them back, the same values up to rounding;
     the link frame, where the probes sit still, needs no per-environment probe positions,
     normals or rotations. The measured branch uses the noised radius and multiplies ``S`` and
-    ``V`` by ``probe_gain``. The loop over points takes ``point_chunk`` points per iteration (static, unrolled,
-    default 8): the forward pass holds ``O(N)`` accumulators per environment whatever the
-    number of points, the reverse pass stores ``O(N)`` per point; a larger block compiles
-    longer for no faster step.
+    ``V`` by ``probe_gain``. The loop over points takes ``point_chunk`` points per iteration
+    (static, unrolled, default 8): the forward pass holds ``O(N)`` accumulators per
+    environment whatever the number of points, the reverse pass stores ``O(N)`` per point; a
+    larger block compiles longer for no faster step.
 
     By default (``max_candidates=None``) the readings are those of every tracked point
     against every probe, computed without a capacity: each body's points are kept in a
     spatial order (:func:`spatial_order`, the derived ``point_order``) and a step visits only
     the blocks of ``point_chunk`` consecutive points whose body-frame box meets the probes'
     box grown by the largest radius (:func:`~difftaxel.sensors.pairs.pair_sums_rigid`;
-    derivatives from the exhaustive pass). The sums run in the link frame.
+    derivatives from the exhaustive pass). The sums run in the link frame. On a grid layout
+    each such block takes only a window of the probes it can reach (the derived
+    ``pair_window``, :func:`~difftaxel.sensors.pair_windows.choose_window`; None where windows
+    would not pay), with the same readings.
 
     ``max_candidates`` (static int) turns on a hand-tuned point pre-selection instead, the
     capacity-and-overflow pattern of JAX-MD's neighbour lists: each step keeps only the
@@ -287,20 +290,9 @@ class ProximityTaxel(PointCloudSensor):
             mot, m = None, jnp.zeros_like(valid)
             for j, (b, _) in enumerate(segs):
                 on = seg_id == j
-                R_lb, t_lb = pose_in_frame(T, bodies.poses[b].astype(dtype))
                 tw = bodies.twists[b].astype(dtype)
-                v_b, w_b = R_l.T @ tw[:3], R_l.T @ tw[3:]  # the body's twist, link frame
-                x = affine_planes(R_lb, t_lb, *pb)
-                r = [x[i] - t_lb[i] for i in range(3)]
-                new = (
-                    x,
-                    (
-                        v_b[0] + w_b[1] * r[2] - w_b[2] * r[1],
-                        v_b[1] + w_b[2] * r[0] - w_b[0] * r[2],
-                        v_b[2] + w_b[0] * r[1] - w_b[1] * r[0],
-                    ),
-                    tuple(jnp.broadcast_to(w_b[i], valid.shape) for i in range(3)),
-                )
+                tw_l = jnp.concatenate([R_l.T @ tw[:3], R_l.T @ tw[3:]])  # link frame
+                new = motion_planes(_pose.relative(T, bodies.poses[b].astype(dtype)), tw_l, *pb)
                 mot = new if mot is None else jax.tree.map(
                     lambda n, o, on=on: jnp.where(on, n, o), new, mot
                 )  # fmt: skip
