@@ -186,6 +186,10 @@ def test_sensor_readings_with_and_without_windows(monkeypatch):
     monkeypatch.setattr(prox_mod, "choose_window", lambda *a, **k: None)
     slow = ProximityTaxel(**kw)
     assert fast.pair_window[:4] == (8, 8, 4, 4) and slow.pair_window is None
+    # the window follows the options: replace re-derives it
+    monkeypatch.undo()
+    assert fast.replace(probe_radius=0.004).pair_window is None
+    assert fast.replace(probe_radius=0.0015).pair_window == (8, 8, 4, 4, 2, 2)
 
     R, t = poses(4)
     quat = jax.vmap(P.matrix_to_quat)(R)
