@@ -31,7 +31,7 @@ from .base import (
 )
 from .pair_windows import choose_window
 from .pairs import block_shape, pair_sums, pair_sums_rigid
-from .tracked import PointCloudSensor, motion_planes, pose_in_frame
+from .tracked import PointCloudSensor, pose_in_frame
 
 Array = jax.Array
 
@@ -290,9 +290,22 @@ class ProximityTaxel(PointCloudSensor):
             mot, m = None, jnp.zeros_like(valid)
             for j, (b, _) in enumerate(segs):
                 on = seg_id == j
+                # the rigid motion in the link frame, from the same rotation as the exhaustive
+                # pass (pose_in_frame), so that both round alike
+                R_lb, t_lb = pose_in_frame(T, bodies.poses[b].astype(dtype))
                 tw = bodies.twists[b].astype(dtype)
-                tw_l = jnp.concatenate([R_l.T @ tw[:3], R_l.T @ tw[3:]])  # link frame
-                new = motion_planes(_pose.relative(T, bodies.poses[b].astype(dtype)), tw_l, *pb)
+                v_b, w_b = R_l.T @ tw[:3], R_l.T @ tw[3:]
+                x = affine_planes(R_lb, t_lb, *pb)
+                r = [x[i] - t_lb[i] for i in range(3)]
+                new = (
+                    x,
+                    (
+                        v_b[0] + w_b[1] * r[2] - w_b[2] * r[1],
+                        v_b[1] + w_b[2] * r[0] - w_b[0] * r[2],
+                        v_b[2] + w_b[0] * r[1] - w_b[1] * r[0],
+                    ),
+                    tuple(jnp.broadcast_to(w_b[i], valid.shape) for i in range(3)),
+                )
                 mot = new if mot is None else jax.tree.map(
                     lambda n, o, on=on: jnp.where(on, n, o), new, mot
                 )  # fmt: skip

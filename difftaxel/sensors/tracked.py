@@ -26,8 +26,7 @@ __all__ = ["PointCloudSensor", "TrackedPoints", "check_normals", "motion_planes"
 def motion_planes(T_body: Array, tw: Array, bx: Array, by: Array, bz: Array):
     """World positions, velocities and angular velocities (:class:`Planes` of ``[K]``; m, m/s,
     rad/s) of points given in the body frame as planes ``bx, by, bz [K]``, for a body at pose
-    ``T_body [7]`` with world twist ``tw [6]`` (or all in another frame: a pose and twist seen
-    from a link give the points' motion in the link frame)."""
+    ``T_body [7]`` with world twist ``tw [6]``."""
     R = _pose.quat_to_matrix(T_body[3:])
     p = affine_planes(R, T_body[:3], bx, by, bz)
     r = [p[i] - T_body[i] for i in range(3)]
