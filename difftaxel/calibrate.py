@@ -243,8 +243,13 @@ def fit(
         s = jax.tree_util.tree_map(keep, s_new, s)
         return (u, s), loss
 
+    traces = [0]
+
     @jax.jit
     def chunk(u, s, keys, active, all_batches, data):
+        # counted at trace time: each trace is one compilation (a cache's size is not a count:
+        # JAX's shared cache may hold an entry elsewhere or drop it)
+        traces[0] += 1
         body = lambda c, xs: one_step(c, xs, all_batches, data)  # noqa: E731
         (u, s), losses = jax.lax.scan(body, (u, s), (keys, active))
         return u, s, losses
@@ -277,7 +282,7 @@ def fit(
                 if bad >= patience:
                     stopped = True
                     break
-    compiles = chunk._cache_size()
+    compiles = traces[0]
     if progress:
         print(file=sys.stderr)
     return FitResult(

@@ -4,7 +4,7 @@
 * :func:`assert_vmap_matches_loop` - ``jax.vmap(f)`` over a batch equals a Python loop;
 * :func:`check_grad_fd` - reverse-mode gradient of a scalar function against float64 central
   finite differences along random directions (and every coordinate for small inputs);
-* :func:`assert_no_recompile` - a jitted function does not recompile on a second call;
+* :func:`assert_no_recompile` - a jitted function does not retrace or recompile after its first call;
 * :data:`TOLERANCES` - the tolerance table per dtype.
 """
 
@@ -14,6 +14,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+
+# the events JAX records when it traces a function for jit and when XLA compiles one
+_TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 __all__ = [
     "TOLERANCES",
@@ -145,13 +149,26 @@ def check_grad_fd(
 
 
 def assert_no_recompile(jitted, *calls):
-    """Call ``jitted`` with each argument tuple in ``calls``; it must compile exactly once.
+    """Call ``jitted`` with each argument tuple in ``calls``: after the first, none may retrace.
 
-    ``jitted`` must be a ``jax.jit`` function; uses its cache size. Jit a function object of
-    its own (a lambda or a def), not a bound method: JAX's cache keys a bound method by
-    equality, so ``jax.jit(obj.step)`` shares its entry with every earlier ``obj.step``.
+    ``jitted`` is any jitted callable; ``calls`` are at least two argument tuples. The first
+    call may trace and compile; every later one must reuse it: JAX records no trace and no
+    backend compilation while they run (``jax.monitoring`` events, so this counts what JAX
+    does, not the size of a cache that is shared between functions and may drop entries).
     """
-    for args in calls:
-        jax.block_until_ready(jitted(*args))
-    size = jitted._cache_size()
-    assert size == 1, f"expected one compilation, got {size}"
+    if len(calls) < 2:
+        raise ValueError(f"calls: expected at least two argument tuples, got {len(calls)}")
+    jax.block_until_ready(jitted(*calls[0]))
+    events = []
+
+    def listen(event, duration, **kwargs):
+        if event in (_TRACE_EVENT, _COMPILE_EVENT):
+            events.append((event, kwargs.get("fun_name")))
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        for args in calls[1:]:
+            jax.block_until_ready(jitted(*args))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert not events, f"expected no recompilation after the first call, got {events}"

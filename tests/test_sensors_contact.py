@@ -250,14 +250,18 @@ def test_jit_vmap_no_recompile(kt_scene):
         return kt.step(st, inp.replace(bodies=b))[1]
 
     assert_vmap_matches_loop(env, (zs,))
-    # functions of their own: a bound method equals every other ``kt.step`` and shares its
-    # compilation cache entry, which the garbage collection of an earlier one may drop
     f = jax.jit(lambda s, i: kt.step(s, i))
     inp2 = inp.replace(bodies=inp.bodies.with_state(inp.bodies.poses.at[0, 2].add(1e-4)))
     assert_no_recompile(f, (st, inp), (st, inp2))
-    k10 = kt.replace(normal_stiffness=jnp.asarray(10.0))
-    g = jax.jit(lambda s, i: k10.step(s, i))
-    assert_no_recompile(g, (st, inp))
+    # an option given as an array is a leaf: a new value (a calibration step) reuses the program
+    h = jax.jit(lambda k, s, i: k.step(s, i))
+    ka, kb = (kt.replace(normal_stiffness=jnp.asarray(v)) for v in (2000.0, 10.0))
+    assert_no_recompile(h, (ka, st, inp), (kb, st, inp))
+    # and the helper sees a retrace: another shape of input
+    with pytest.raises(AssertionError, match="no recompilation after the first call"):
+        assert_no_recompile(jax.jit(lambda x: 2 * x), (jnp.ones(2),), (jnp.ones(3),))
+    with pytest.raises(ValueError, match="calls"):
+        assert_no_recompile(h, (ka, st, inp))
 
 
 def _loss(reading):
