@@ -308,7 +308,7 @@ def test_gradients_match_finite_differences(kt_scene):
         def f(xi, name=name, T0=T0):
             return with_params(**{**args, name: P.compose(T0, P.se3_exp(xi))})
 
-        check_grad_fd(f, jnp.zeros(6), step=1e-7, rtol=1e-4, atol=1e-6)
+        check_grad_fd(f, jnp.zeros(6), step=1e-7, rtol=1e-4, atol=1e-6, jit=True)
     for name in ("probes", "radius", "k", "c", "e", "ks", "kw"):
         x0 = args[name]
         check_grad_fd(
@@ -319,6 +319,7 @@ def test_gradients_match_finite_differences(kt_scene):
             atol=1e-8,
             coordinates=False,
             n_directions=4,
+            jit=True,
         )
 
 
