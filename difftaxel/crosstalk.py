@@ -124,7 +124,7 @@ def crosstalk_matrix(kernel: Array, ny: int, nx: int) -> Array:
     return jnp.where(jnp.asarray(ok), kernel.reshape(-1)[jnp.asarray(idx)], 0.0)
 
 
-def _stencil_rows(x: Array, kernel: Array, grid_shape: tuple) -> Array:
+def _stencil_rows(x: Array, kernel: Array, grid_shape: tuple, active=None) -> Array:
     """:func:`_correlate_rows` as a sum over the kernel's taps of shifted rows: on the
     row-major grid, tap ``(i, j)`` reads taxel ``t + (i - r_v) nx + (j - r_u)``, a contiguous
     slice of the row padded by ``r_v nx + r_u`` zeros, weighted by the kernel value where the
@@ -149,22 +149,28 @@ def _stencil_rows(x: Array, kernel: Array, grid_shape: tuple) -> Array:
             off = P + (i - rv) * nx + (j - ru)
             term = w[None] * xp[:, off : off + N]
             out = term if out is None else out + term
+    if active is not None:
+        # zeroed before the sum is stored: the stored sum is the reading (a select after it
+        # would be another pass over every value)
+        out = jnp.where(active[None], out, 0.0)
     return compute_once(one, out)
 
 
-def _correlate_rows(x: Array, kernel: Array, grid_shape: tuple) -> Array:
+def _correlate_rows(x: Array, kernel: Array, grid_shape: tuple, active=None) -> Array:
     """Cross-correlation of each row of ``x [c, N]`` (a field on the grid) by ``kernel``.
 
     A small kernel (``6 kr kc <= N`` taps) sums shifted rows (:func:`_stencil_rows`: ``kr kc``
     multiply-adds per value, where the dense product takes ``N``); otherwise, up to 1024 taxels,
     ``x @ M^T`` with the dense operator (one GEMM under ``vmap``, whose throughput beats the
-    shifted sums once the kernel has more than about ``N / 6`` taps).
+    shifted sums once the kernel has more than about ``N / 6`` taps). ``active [N]`` bool, if
+    given, zeroes the outputs of the probes where it is False.
     """
     ny, nx = grid_shape
     kr, kc = kernel.shape
     if ny * nx <= 1024 and 6 * kr * kc > ny * nx:
-        return x @ crosstalk_matrix(kernel.astype(x.dtype), ny, nx).T
-    return _stencil_rows(x, kernel, grid_shape)
+        out = x @ crosstalk_matrix(kernel.astype(x.dtype), ny, nx).T
+        return out if active is None else jnp.where(active[None], out, 0.0)
+    return _stencil_rows(x, kernel, grid_shape, active)
 
 
 def apply_crosstalk(
@@ -185,18 +191,17 @@ def apply_crosstalk(
     """
     G = kernels.shape[0]
     if G == 1:
-        out = _correlate_rows(value, kernels[0], grid_shape)
+        return _correlate_rows(value, kernels[0], grid_shape, active)
+    n = normal.astype(value.dtype)
+    F = value[:3]
+    fn = jnp.sum(F * n[:, None], 0, keepdims=True)  # [1, N]
+    Fs = F - fn * n[:, None]
+    fn_o = _correlate_rows(fn, kernels[0], grid_shape)
+    if G == 2:
+        rest = _correlate_rows(jnp.concatenate([Fs, value[3:]], 0), kernels[1], grid_shape)
+        Fs_o, T_o = rest[:3], rest[3:]
     else:
-        n = normal.astype(value.dtype)
-        F = value[:3]
-        fn = jnp.sum(F * n[:, None], 0, keepdims=True)  # [1, N]
-        Fs = F - fn * n[:, None]
-        fn_o = _correlate_rows(fn, kernels[0], grid_shape)
-        if G == 2:
-            rest = _correlate_rows(jnp.concatenate([Fs, value[3:]], 0), kernels[1], grid_shape)
-            Fs_o, T_o = rest[:3], rest[3:]
-        else:
-            Fs_o = _correlate_rows(Fs, kernels[1], grid_shape)
-            T_o = _correlate_rows(value[3:], kernels[2], grid_shape)
-        out = jnp.concatenate([fn_o * n[:, None] + Fs_o, T_o], 0)
+        Fs_o = _correlate_rows(Fs, kernels[1], grid_shape)
+        T_o = _correlate_rows(value[3:], kernels[2], grid_shape)
+    out = jnp.concatenate([fn_o * n[:, None] + Fs_o, T_o], 0)
     return jnp.where(active[None], out, 0.0)

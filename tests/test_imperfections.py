@@ -705,7 +705,7 @@ def test_crosstalk_paths_agree(crosstalk_scene, groups):
 def test_crosstalk_stencil_equals_dense_operator(shape, ksize):
     """The shifted-row sums (small kernels, any grid) equal the dense operator in value and
     in gradient (field and kernel), including kernels wider than the grid and 1-row grids."""
-    from difftaxel.crosstalk import _stencil_rows, crosstalk_matrix
+    from difftaxel.crosstalk import _correlate_rows, _stencil_rows, crosstalk_matrix
 
     rng = np.random.default_rng(sum(shape) + sum(ksize))
     ny, nx = shape
@@ -724,6 +724,13 @@ def test_crosstalk_stencil_equals_dense_operator(shape, ksize):
     np.testing.assert_allclose(
         jax.vmap(stencil, (0, None))(xs, K), jax.vmap(dense, (0, None))(xs, K), atol=1e-13
     )
+    # filler probes (active False) read exactly 0, the others the full sum, in both paths
+    active = jnp.asarray(np.arange(ny * nx) % 3 != 1)
+    ref = np.where(np.asarray(active)[None], np.asarray(dense(x, K)), 0.0)
+    masked = jax.jit(lambda x, K, a: _stencil_rows(x, K, shape, a))(x, K, active)
+    np.testing.assert_allclose(masked, ref, rtol=1e-12, atol=1e-14)
+    assert np.all(np.asarray(masked)[:, ~np.asarray(active)] == 0)
+    np.testing.assert_allclose(_correlate_rows(x, K, shape, active), ref, rtol=1e-12, atol=1e-14)
 
 
 def test_split_key_is_jax_random_split_bit_for_bit():
