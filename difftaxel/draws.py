@@ -169,8 +169,8 @@ def _taylor(coefs: tuple, x2: Array) -> Array:
     return p
 
 
-_SIN = tuple((-1) ** k / math.factorial(2 * k + 1) for k in range(9))  # x^1 .. x^17
-_COS = tuple((-1) ** k / math.factorial(2 * k) for k in range(10))  # x^0 .. x^18
+_SIN = tuple((-1) ** k / math.factorial(2 * k + 1) for k in range(11))  # x^1 .. x^21
+_COS = tuple((-1) ** k / math.factorial(2 * k) for k in range(11))  # x^0 .. x^20
 
 
 # Cephes's logf: log(1 + f) = f - f^2 / 2 + f^3 P(f) for sqrt(1/2) <= 1 + f < sqrt(2)
@@ -205,32 +205,27 @@ def _box_muller(b_r: Array, b_a: Array, b_r2=None, b_a2=None, *, dtype) -> tuple
     Radius ``r = sqrt(-2 log u)`` with ``u = (k + 1) 2^-m`` in ``(0, 1]``, ``k`` the top 24
     bits of ``b_r`` (float32, ``m = 24``) or 53 bits of ``b_r`` and ``b_r2`` (float64):
     every ``u`` is exact, so ``0 <= r <= sqrt(2 m log 2)`` (5.77 / 8.57) and never infinite.
-    Angle ``t = q pi/2 + f pi/2``: the quadrant ``q`` is the top two bits of ``b_a`` and
-    ``f`` in ``(-1/2, 1/2)`` a grid point of the next 22 bits (float32) or of 51 bits of
-    ``b_a`` and ``b_a2`` (float64); ``cos`` and ``sin`` of ``f pi/2`` (``|.| <= pi/4``) are
-    Taylor polynomials (truncation below 3e-8 in float32, 1e-19 in float64) rotated by the
-    quadrant with selects. Why polynomials: XLA's CPU ``cos`` and ``sin`` each do a full range
-    reduction, which cost several times the rest of the draw.
+    Angle ``t = phi + h pi``: the half turn ``h`` is the top bit of ``b_a``, and
+    ``phi = f pi`` with ``f`` in ``(-1/2, 1/2)`` a grid point of the next 23 bits of ``b_a``
+    (float32) or of its other 31 bits and 21 bits of ``b_a2`` (float64). ``cos phi`` and
+    ``sin phi`` (``|phi| <= pi/2``) are Taylor polynomials (truncation below 7e-9 in float32,
+    2e-17 in float64), and the half turn flips both signs. Why: XLA's CPU ``cos`` and ``sin``
+    each do a full range reduction, which cost several times the rest of the draw; and a half
+    turn, not a quadrant, gives each normal of the pair its own polynomial and no swap.
     """
     dtype = jnp.dtype(dtype)
     if dtype.itemsize >= 8:
         k = b_r.astype(dtype) * 2.0**21 + (b_r2 >> 11).astype(dtype)  # < 2^53, exact
         u = (k + 1.0) * 2.0**-53
-        ka = (b_a & 0x3FFFFFFF).astype(dtype) * 2.0**21 + (b_a2 >> 11).astype(dtype)
-        f = ka * 2.0**-51 + (2.0**-52 - 0.5)
-        ns, nc = 9, 10
+        ka = (b_a & 0x7FFFFFFF).astype(dtype) * 2.0**21 + (b_a2 >> 11).astype(dtype)  # < 2^52
+        f = ka * 2.0**-52 + (2.0**-53 - 0.5)
+        n = 11
     else:
         u = ((b_r >> 8).astype(dtype) + 1.0) * 2.0**-24
-        f = ((b_a >> 8) & 0x3FFFFF).astype(dtype) * 2.0**-22 + (2.0**-23 - 0.5)
-        ns, nc = 5, 5
+        f = ((b_a >> 8) & 0x7FFFFF).astype(dtype) * 2.0**-23 + (2.0**-24 - 0.5)
+        n = 7
     r = jnp.sqrt(-2.0 * (jnp.log(u) if dtype.itemsize >= 8 else _log_unit32(u)))
-    phi = f * (np.pi / 2)
+    phi = f * np.pi
     p2 = phi * phi
-    s = _taylor(_SIN[:ns], p2) * phi
-    c = _taylor(_COS[:nc], p2)
-    q = b_a >> 30
-    odd = (q & 1) == 1  # quadrants 1, 3 swap cos and sin
-    c1, s1 = jnp.where(odd, s, c), jnp.where(odd, c, s)
-    x = jnp.where((q == 1) | (q == 2), -c1, c1)
-    y = jnp.where(q >= 2, -s1, s1)
-    return r * x, r * y
+    sign = jnp.where((b_a >> 31) == 1, -1.0, 1.0).astype(dtype)  # the half turn
+    return r * (sign * _taylor(_COS[:n], p2)), r * (sign * (_taylor(_SIN[:n], p2) * phi))

@@ -199,16 +199,16 @@ def test_normal_generators_odd_and_empty_shapes(generator):
 
 
 def _box_muller_exact(br, ba, br2, ba2, f64):
-    """The documented transform in float64 numpy: radius uniform, quadrant, fraction."""
+    """The documented transform in float64 numpy: radius uniform, half turn, fraction."""
     br, ba = br.astype(np.uint64), ba.astype(np.uint64)
     if f64:
         u = (br.astype(np.float64) * 2.0**21 + (br2.astype(np.uint64) >> 11) + 1.0) * 2.0**-53
-        ka = (ba & 0x3FFFFFFF).astype(np.float64) * 2.0**21 + (ba2.astype(np.uint64) >> 11)
-        f = ka * 2.0**-51 + (2.0**-52 - 0.5)
+        ka = (ba & 0x7FFFFFFF).astype(np.float64) * 2.0**21 + (ba2.astype(np.uint64) >> 11)
+        f = ka * 2.0**-52 + (2.0**-53 - 0.5)
     else:
         u = ((br >> 8).astype(np.float64) + 1.0) * 2.0**-24
-        f = ((ba >> 8) & 0x3FFFFF).astype(np.float64) * 2.0**-22 + (2.0**-23 - 0.5)
-    t = (ba >> 30).astype(np.float64) * np.pi / 2 + f * np.pi / 2
+        f = ((ba >> 8) & 0x7FFFFF).astype(np.float64) * 2.0**-23 + (2.0**-24 - 0.5)
+    t = (ba >> 31).astype(np.float64) * np.pi + f * np.pi
     r = np.sqrt(-2.0 * np.log(u))
     return r * np.cos(t), r * np.sin(t)
 
@@ -216,7 +216,7 @@ def _box_muller_exact(br, ba, br2, ba2, f64):
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 def test_box_muller_against_float64_including_extreme_words(dtype):
     # random words plus the extremes: radius word 0 (u = 2^-m, the largest radius) and all
-    # ones (u = 1, r = 0); angle words at every quadrant edge
+    # ones (u = 1, r = 0); angle words at the edges of the half turns and of the fraction
     from difftaxel.draws import _box_muller
 
     rng = np.random.default_rng(0)
@@ -233,7 +233,7 @@ def test_box_muller_against_float64_including_extreme_words(dtype):
     x, y = jax.jit(_box_muller, static_argnames="dtype")(*args, dtype=dtype)
     ex, ey = _box_muller_exact(br, ba, br2, ba2, f64)
     assert np.all(np.isfinite(x)) and np.all(np.isfinite(y))
-    tol = 1e-6 if not f64 else 1e-13  # float32: measured 4.6e-7 for |z| up to ~5
+    tol = 1e-6 if not f64 else 1e-13  # float32: measured 7.2e-7 for |z| up to 5.8
     np.testing.assert_allclose(np.asarray(x, np.float64), ex, atol=tol)
     np.testing.assert_allclose(np.asarray(y, np.float64), ey, atol=tol)
     # the extreme radius words: the documented bound and exact zero
@@ -367,7 +367,11 @@ def test_hardware_draws_are_the_generators_numbers(gen):
     a, b = normal_halves(key, 10, jnp.float32, gen)
     np.testing.assert_array_equal(jnp.concatenate([a, b]), draw(key, (10,), jnp.float32))
     jitted = jax.jit(lambda k: normal_halves(k, 10, jnp.float32, gen))
-    np.testing.assert_array_equal(jnp.concatenate(jitted(key)), jnp.concatenate([a, b]))
+    # to rounding: compiled, the polynomials' multiply-adds may round once where eager rounds
+    # twice (about a quarter of float32 draws differ in their last bit)
+    np.testing.assert_allclose(
+        jnp.concatenate(jitted(key)), jnp.concatenate([a, b]), rtol=1e-6, atol=1e-7
+    )
     keys = jax.random.split(key, 3)
     va, vb = jax.vmap(lambda k: normal_halves(k, 10, jnp.float32, gen))(keys)
     for i in range(3):
