@@ -128,7 +128,8 @@ def _stencil_rows(x: Array, kernel: Array, grid_shape: tuple, active=None) -> Ar
     """:func:`_correlate_rows` as a sum over the kernel's taps of shifted rows: on the
     row-major grid, tap ``(i, j)`` reads taxel ``t + (i - r_v) nx + (j - r_u)``, a contiguous
     slice of the row padded by ``r_v nx + r_u`` zeros, weighted by the kernel value where the
-    neighbour lies on the grid (a static mask) and 0 where it wraps to another grid row."""
+    neighbour lies on the grid (a static mask) and 0 where it wraps to another grid row.
+    ``active [N]`` bool, if given, zeroes the outputs of the probes where it is False."""
     ny, nx = grid_shape
     kr, kc = kernel.shape
     rv, ru = kr // 2, kc // 2
