@@ -135,8 +135,10 @@ def _stencil_rows(x: Array, kernel: Array, grid_shape: tuple, active=None) -> Ar
     rv, ru = kr // 2, kc // 2
     N, P = ny * nx, rv * nx + ru
     # the rows computed once (the taps read them at kr * kc offsets; XLA would copy the
-    # rows' producers into the padded copy and into the centre tap), and their sum too
-    one = runtime_one(x)
+    # rows' producers into the padded copy and into the centre tap), and their sum too. The
+    # divisor is the centre weight made 1 and broadcast, not ``runtime_one(x)``: a division
+    # that read the rows twice would make XLA store them once more before it
+    one = jnp.broadcast_to(runtime_one(kernel[rv, ru].astype(x.dtype)), x.shape)
     x = compute_once(one, x)
     xp = jnp.pad(x, ((0, 0), (P, P)))
     gy, gx = np.divmod(np.arange(N), nx)
