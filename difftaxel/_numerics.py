@@ -133,6 +133,29 @@ def stack_rows(planes) -> Array:
     return jnp.concatenate([jnp.reshape(p, (1,) + jnp.shape(p)) for p in planes], 0)
 
 
+def channels_last(x: Array, shape: tuple) -> Array:
+    """``jnp.moveaxis(x, -2, -1).reshape(shape)``: channels-first ``x [..., C, N]`` as
+    ``[..., N, C]``, reshaped to ``shape`` (e.g. a grid layout ``[..., ny, nx, C]``).
+
+    Why: XLA's CPU loops over an output's own shape. Interleaving the channels into a
+    ``[..., ny, nx, C]`` output runs a loop of ``nx`` over ``C`` unrolled values, too short to
+    vectorise; a ``[..., N, C]`` transpose vectorises along ``N``. Pinning the transposed
+    array's (default) layout keeps the reshape out of its loop: a free relabelling of the
+    same buffer.
+    """
+    t = jnp.swapaxes(x, -1, -2)
+    if _with_layout_constraint is not None:
+        t = _with_layout_constraint(t, _Layout(tuple(range(t.ndim))))
+    return t.reshape(shape)
+
+
+try:  # an experimental JAX API: without it, the same values (the reshape fuses in)
+    from jax.experimental.layout import Layout as _Layout
+    from jax.experimental.layout import with_layout_constraint as _with_layout_constraint
+except ImportError:  # pragma: no cover
+    _Layout = _with_layout_constraint = None
+
+
 def safe_div(a: Array, b: Array) -> Array:
     """``a / b`` where ``b != 0`` and 0 elsewhere, with finite gradients in both."""
     nz = b != 0

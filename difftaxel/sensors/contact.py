@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
-from .._numerics import compute_once, cross, runtime_one, safe_pow, skew, stack_rows
+from .._numerics import channels_last, compute_once, cross, runtime_one, safe_pow, skew, stack_rows
 from .._numerics import eps as _eps
 from .._pytree import derived_field, pytree_dataclass, static_field
 from ..crosstalk import grid_axes, grid_metadata
@@ -519,17 +519,20 @@ class KinematicTaxel(_ContactSensor):
         imp = self.imperfections
         gshp = self.layout + (3,)
         F_m, T_m, F_g, T_g = self._planes(state, inputs, k_r)
-        truth = TaxelReading(jnp.stack(F_g, -1).reshape(gshp), jnp.stack(T_g, -1).reshape(gshp))
+        truth = TaxelReading(
+            channels_last(stack_rows(F_g), gshp), channels_last(stack_rows(T_g), gshp)
+        )
         if imp.is_identity:
             # no chain: each reading is stacked from its own planes (a [6, N] round trip made
             # the backward pass materialise padded cotangents)
-            meas = TaxelReading(jnp.stack(F_m, -1).reshape(gshp), jnp.stack(T_m, -1).reshape(gshp))
+            meas = TaxelReading(
+                channels_last(stack_rows(F_m), gshp), channels_last(stack_rows(T_m), gshp)
+            )
             return state, Reading(meas, truth)
         v = stack_rows(F_m + T_m)  # [6, N], channels first
         xt = self.crosstalk_args(v.dtype) if imp.has_crosstalk else None
         chain, v = imp.run(state.chain, v, inputs.dt, k_hw, k_d, crosstalk=xt)
         state = ProbeState(probe_gain=state.probe_gain, chain=chain)
         shp = self._out_shape((3,))
-        F = jnp.stack([v[..., i, :] for i in range(3)], -1)
-        T = jnp.stack([v[..., i, :] for i in range(3, 6)], -1)
-        return state, Reading(TaxelReading(F.reshape(shp), T.reshape(shp)), truth)
+        F, T = channels_last(v[..., :3, :], shp), channels_last(v[..., 3:, :], shp)
+        return state, Reading(TaxelReading(F, T), truth)

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
-from .._numerics import cross, dot, safe_norm
+from .._numerics import channels_last, cross, dot, safe_norm, stack_rows
 from .._numerics import eps as _eps
 from .._pytree import derived_field, pytree_dataclass, replace, static_field
 from ..crosstalk import grid_axes, grid_metadata
@@ -395,7 +395,7 @@ class ProximityTaxel(PointCloudSensor):
         """Flat ``(measured, ground_truth)`` :class:`TaxelReading` with ``[N, 3]`` arrays,
         before the imperfection chain."""
         m, g, _ = self._forces(state, inputs, key)
-        return m, g
+        return tuple(TaxelReading(r.force.T, r.torque.T) for r in (m, g))
 
     def _forces(self, state: ProximityState, inputs: SensorInputs, key=None):
         check_inputs_trace(inputs)
@@ -409,7 +409,8 @@ class ProximityTaxel(PointCloudSensor):
             S, V, W = (jnp.concatenate([x, x]) for x in (S, V, W))
         eps = _eps(dtype)
         kappa = self.density_scalar / max(1, self.track_points.n_points)
-        q = self.flat_positions(dtype)
+        q = self.flat_positions(dtype).T  # [3, N]
+        a = a.T
         out = []
         for b, gain in ((0, 1.0), (1, state.probe_gain)):
             Sb, Vb, Wb = S[b], V[b], W[b]
@@ -418,15 +419,19 @@ class ProximityTaxel(PointCloudSensor):
             if self.smoothing > 0:
                 wbar = Wb / (Sb + self.smoothing**2)
             if b:
-                Sg, Vg = Sb * gain, Vb * gain[:, None]
+                Sg, Vg = Sb * gain, Vb.T * gain[None]
             else:
-                Sg, Vg = Sb, Vb
-            F = self.stiffness * kappa * Sg[:, None] * a
+                Sg, Vg = Sb, Vb.T
+            F = self.stiffness * kappa * Sg[None] * a
             if self.stage_on("shear"):
                 F = F + self.shear_coupling * kappa * Vg
             # about the link origin: (p - x_link) x F is q x F in the link frame
-            Tq = cross(q, F) - self.twist_scalar * wbar[:, None] * a
+            qxF = stack_rows(
+                [q[1] * F[2] - q[2] * F[1], q[2] * F[0] - q[0] * F[2], q[0] * F[1] - q[1] * F[0]]
+            )
+            Tq = qxF - self.twist_scalar * wbar[None] * a
             out.append(TaxelReading(F, Tq))
+        # channels first, [3, N] (why: the readings leave as a transpose, see channels_last)
         return out[1], out[0], over
 
     def crosstalk_args(self, dtype):
@@ -449,15 +454,15 @@ class ProximityTaxel(PointCloudSensor):
         state = replace(state, candidate_overflow=state.candidate_overflow | over)
         imp = self.imperfections
         gshp = self.layout + (3,)
-        truth = TaxelReading(g.force.reshape(gshp), g.torque.reshape(gshp))
+        truth = TaxelReading(channels_last(g.force, gshp), channels_last(g.torque, gshp))
         if imp.is_identity:  # no chain: no [6, N] round trip (a copy of both readings)
             return state, Reading(
-                TaxelReading(m.force.reshape(gshp), m.torque.reshape(gshp)), truth
+                TaxelReading(channels_last(m.force, gshp), channels_last(m.torque, gshp)), truth
             )
-        v = jnp.concatenate([m.force.T, m.torque.T], axis=0)  # [6, N]
+        v = jnp.concatenate([m.force, m.torque], axis=0)  # [6, N]
         xt = self.crosstalk_args(v.dtype) if imp.has_crosstalk else None
         chain, v = imp.run(state.chain, v, inputs.dt, k_hw, k_d, crosstalk=xt)
         state = replace(state, chain=chain)
         shp = ((imp.history_length,) if imp.history_length else ()) + gshp
-        F, T = jnp.swapaxes(v[..., :3, :], -1, -2), jnp.swapaxes(v[..., 3:, :], -1, -2)
-        return state, Reading(TaxelReading(F.reshape(shp), T.reshape(shp)), truth)
+        F, T = channels_last(v[..., :3, :], shp), channels_last(v[..., 3:, :], shp)
+        return state, Reading(TaxelReading(F, T), truth)
