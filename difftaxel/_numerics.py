@@ -143,10 +143,19 @@ def channels_last(x: Array, shape: tuple) -> Array:
     array's (default) layout keeps the reshape out of its loop: a free relabelling of the
     same buffer.
     """
-    t = jnp.swapaxes(x, -1, -2)
+    return pinned_reshape(jnp.swapaxes(x, -1, -2), shape)
+
+
+def pinned_reshape(x: Array, shape: tuple) -> Array:
+    """``x.reshape(shape)`` with ``x``'s default (row-major) layout pinned first.
+
+    Why: XLA's CPU loops over an output's own shape, so a flat ``[..., N]`` reading reshaped to
+    a grid ``[..., ny, nx]`` inside the fusion that computes it runs loops of ``nx``, too short
+    to vectorise; pinned, the fusion loops over ``N`` and the reshape relabels its buffer.
+    """
     if _with_layout_constraint is not None:
-        t = _with_layout_constraint(t, _Layout(tuple(range(t.ndim))))
-    return t.reshape(shape)
+        x = _with_layout_constraint(x, _Layout(tuple(range(x.ndim))))
+    return x.reshape(shape)
 
 
 try:  # an experimental JAX API: without it, the same values (the reshape fuses in)

@@ -37,7 +37,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
-from .._numerics import channels_last, compute_once, cross, runtime_one, safe_pow, skew, stack_rows
+from .._numerics import (
+    channels_last,
+    compute_once,
+    cross,
+    pinned_reshape,
+    runtime_one,
+    safe_pow,
+    skew,
+    stack_rows,
+)
 from .._numerics import eps as _eps
 from .._pytree import derived_field, pytree_dataclass, static_field
 from ..crosstalk import grid_axes, grid_metadata
@@ -264,7 +273,7 @@ class ContactDepthProbe(_ContactSensor):
         m, gt = self.depths(state, inputs, k_r)
         chain, v = self.imperfections.run(state.chain, m[None], inputs.dt, k_hw, k_d)
         state = ProbeState(probe_gain=state.probe_gain, chain=chain)
-        return state, Reading(v.reshape(self._out_shape()), gt.reshape(self.layout))
+        return state, Reading(pinned_reshape(v, self._out_shape()), pinned_reshape(gt, self.layout))
 
 
 @pytree_dataclass(kw_only=True)
@@ -352,7 +361,9 @@ class ContactProbe(_ContactSensor):
                 lm_read = lm_read > 0.5
         else:
             lm_read = lm
-        return state, Reading(lm_read.reshape(self._out_shape()), lg.reshape(self.layout))
+        return state, Reading(
+            pinned_reshape(lm_read, self._out_shape()), pinned_reshape(lg, self.layout)
+        )
 
 
 @pytree_dataclass(kw_only=True)
