@@ -53,15 +53,15 @@ def safe_normalize(x: Array, axis: int = -1, floor: float | None = None) -> Arra
 
 
 def _pow_value(x: Array, p: Array) -> Array:
-    pos = x > 0
-    xs = jnp.where(pos, x, 1.0)
-
-    def general():
-        return jnp.where(pos, jnp.exp(p * jnp.log(xs)), 0.0)
+    def general(x, p):
+        pos = x > 0
+        return jnp.where(pos, jnp.exp(p * jnp.log(jnp.where(pos, x, 1.0))), 0.0)
 
     if jnp.ndim(p) == 0:  # the common exponent 1 costs no exp and log (a scalar branch)
-        return jax.lax.cond(p == 1, lambda: jnp.where(pos, x, 0.0), general)
-    return general()
+        # x is the branches' only array operand (why: each array a branch closes over is
+        # stored before the branch runs; masks made inside fuse with their use)
+        return jax.lax.cond(p == 1, lambda x, p: jnp.where(x > 0, x, 0.0), general, x, p)
+    return general(x, p)
 
 
 @jax.custom_jvp
