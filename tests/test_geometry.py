@@ -327,7 +327,7 @@ def test_query_in_frame_gradients_match_fd():
         sd, n = q.sd, q.normal
         return jnp.sum(w * jnp.stack([sd, *n]))
 
-    check_grad_fd(loss, {"poses": poses, "T": T_wf, "pts": pts}, n_directions=6)
+    check_grad_fd(loss, {"poses": poses, "T": T_wf, "pts": pts}, n_directions=6, jit=True)
 
 
 def test_convex_hull_of_a_box_matches_the_box_inside_and_on_faces():

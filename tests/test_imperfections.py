@@ -183,7 +183,9 @@ def test_normal_generators_moments_determinism_and_tails(dtype, generator):
     assert np.max(np.abs(c - np.eye(8))) < 0.15
 
 
-@pytest.mark.parametrize("generator", ["hash_normal", "standard_normal"])
+@pytest.mark.parametrize(
+    "generator", [pytest.param("hash_normal", marks=pytest.mark.slow), "standard_normal"]
+)
 def test_normal_generators_odd_and_empty_shapes(generator):
     # pairs of normals: an odd count drops the last mate; () and size-0 shapes work
     from difftaxel import imperfections
@@ -336,7 +338,7 @@ def test_hash_generator_in_the_chain():
     np.testing.assert_allclose(f(st, jax.random.key(0)), y, rtol=1e-12, atol=1e-15)
 
 
-@pytest.mark.parametrize("gen", ["threefry", "hash"])
+@pytest.mark.parametrize("gen", [pytest.param("threefry", marks=pytest.mark.slow), "hash"])
 def test_hardware_draws_are_the_generators_numbers(gen):
     """The hardware stages read the draws in halves (one stage's each, or the upper and lower
     channels) without joining them: the numbers are exactly those of one call of the

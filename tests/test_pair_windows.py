@@ -89,7 +89,8 @@ def test_choose_window():
 
 
 @pytest.mark.parametrize(
-    "with_d,branches,radius,window", [(False, 1, RADIUS, (1, 1)), (True, 2, 0.0015, (2, 2))]
+    "with_d,branches,radius,window",
+    [pytest.param(False, 1, RADIUS, (1, 1), marks=pytest.mark.slow), (True, 2, 0.0015, (2, 2))],
 )
 def test_windowed_equals_exhaustive_under_vmap(with_d, branches, radius, window):
     p, radii, pts, window_ = setup(radius, branches=branches)

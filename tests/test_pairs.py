@@ -82,7 +82,7 @@ def test_derivatives_every_argument():
         )
 
     moved = jax.jit(moved)
-    check_grad_fd(moved, zero, rtol=1e-5, n_directions=8)
+    check_grad_fd(moved, zero, rtol=1e-5, n_directions=8, jit=True)
     t_ = jax.tree.map(lambda a: jnp.asarray(rng.normal(size=a.shape)), x)
     _, jt = jax.jvp(loss, x, t_)
     g = jax.grad(loss, argnums=tuple(range(5)))(*x)

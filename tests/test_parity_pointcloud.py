@@ -89,7 +89,7 @@ def test_derived_metadata_matches_genesis(parity_kit):
     ] == d["use_grid_fft"]
 
 
-@pytest.mark.parametrize("case_kind", ["static", "sequence"])
+@pytest.mark.parametrize("case_kind", ["static", pytest.param("sequence", marks=pytest.mark.slow)])
 def test_parity_pointcloud_sensors(parity_kit, case_kind):
     meta, data = parity_kit
     sens = _sensors(meta, data)

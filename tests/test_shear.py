@@ -69,7 +69,7 @@ def test_derivatives_every_argument(per_probe):
     scale = (1e-2, 1.0, 1e-2, 1e-3, 1e-3, 3000.0)
     zero = tuple(jnp.zeros_like(a) for a in args)
     moved = jax.jit(lambda z: loss(*(a + s * v for a, s, v in zip(args, scale, z, strict=True))))
-    check_grad_fd(moved, zero, rtol=1e-6, n_directions=8)
+    check_grad_fd(moved, zero, rtol=1e-6, n_directions=8, jit=True)
     # forward mode equals reverse mode
     t = tuple(jnp.asarray(np.random.default_rng(1).normal(size=a.shape)) for a in args)
     _, jt = jax.jvp(loss, args, t)

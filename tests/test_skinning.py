@@ -108,19 +108,19 @@ def test_jit_vmap_and_gradients():
         fr = skin_frames(lbs, C)
         return jnp.sum(fr[:, :3] * w) + jnp.sum(fr[:, 3:] * jnp.arange(1.0, 5.0)[None])
 
-    check_grad_fd(f_joint, jnp.zeros(12), step=1e-7, rtol=1e-5, atol=1e-9)
+    check_grad_fd(f_joint, jnp.zeros(12), step=1e-7, rtol=1e-5, atol=1e-9, jit=True)
 
     def f_bind(xi):
         tb = P.compose(lbs.taxel_bind_poses, P.se3_exp(xi.reshape(3, 6)))
         return jnp.sum(skin_positions(lbs, Cs[1], tb) * w)
 
-    check_grad_fd(f_bind, jnp.zeros(18), step=1e-7, rtol=1e-5, atol=1e-9)
+    check_grad_fd(f_bind, jnp.zeros(18), step=1e-7, rtol=1e-5, atol=1e-9, jit=True)
 
     def f_segbind(xi):
         B = P.compose(lbs.segment_bind_poses, P.se3_exp(xi.reshape(2, 6)))
         return jnp.sum(skin_positions(lbs.replace(segment_bind_poses=B), Cs[2]) * w)
 
-    check_grad_fd(f_segbind, jnp.zeros(12), step=1e-7, rtol=1e-5, atol=1e-9)
+    check_grad_fd(f_segbind, jnp.zeros(12), step=1e-7, rtol=1e-5, atol=1e-9, jit=True)
 
 
 # ------------------------------------------------------------------------- validation

@@ -48,7 +48,7 @@ def _loss(fn):
     return loss
 
 
-@pytest.mark.parametrize("E, chunk", [(10, 4), (3, 8)])
+@pytest.mark.parametrize("E, chunk", [pytest.param(10, 4, marks=pytest.mark.slow), (3, 8)])
 def test_values_and_gradients_equal_plain_vmap(E, chunk):
     """Chunks that leave a tail or exceed E: values and the gradients w.r.t. the
     shared sensor and the batched poses equal jax.vmap's (float64)."""
