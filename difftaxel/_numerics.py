@@ -12,6 +12,12 @@ import jax.numpy as jnp
 
 Array = jax.Array
 
+try:  # an experimental JAX API: without it, the same values (the reshape fuses in)
+    from jax.experimental.layout import Layout as _Layout
+    from jax.experimental.layout import with_layout_constraint as _with_layout_constraint
+except ImportError:  # pragma: no cover
+    _Layout = _with_layout_constraint = None
+
 
 def eps(dtype) -> float:
     """Machine epsilon of ``dtype``, floored at 1e-15 (Genesis's ``gs.EPS``)."""
@@ -156,13 +162,6 @@ def pinned_reshape(x: Array, shape: tuple) -> Array:
     if _with_layout_constraint is not None:
         x = _with_layout_constraint(x, _Layout(tuple(range(x.ndim))))
     return x.reshape(shape)
-
-
-try:  # an experimental JAX API: without it, the same values (the reshape fuses in)
-    from jax.experimental.layout import Layout as _Layout
-    from jax.experimental.layout import with_layout_constraint as _with_layout_constraint
-except ImportError:  # pragma: no cover
-    _Layout = _with_layout_constraint = None
 
 
 def safe_div(a: Array, b: Array) -> Array:

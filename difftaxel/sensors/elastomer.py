@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
-from .._numerics import channels_last, compute_once, dot, runtime_one, safe_pow
+from .._numerics import channels_last, compute_once, dot, pinned_reshape, runtime_one, safe_pow
 from .._numerics import eps as _eps
 from .._pytree import pytree_dataclass, replace, static_field
 from ..crosstalk import grid_axes
@@ -483,4 +483,4 @@ class ElastomerTaxel(PointCloudSensor):
         state = replace(state, chain=chain)
         H = imp.history_length
         shp = ((H,) if H else ()) + self.layout + (3,)
-        return state, Reading(channels_last(v, shp), channels_last(u.T, self.layout + (3,)))
+        return state, Reading(channels_last(v, shp), pinned_reshape(u, self.layout + (3,)))

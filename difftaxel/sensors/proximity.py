@@ -426,10 +426,14 @@ class ProximityTaxel(PointCloudSensor):
             if self.stage_on("shear"):
                 F = F + self.shear_coupling * kappa * Vg
             # about the link origin: (p - x_link) x F is q x F in the link frame
-            qxF = stack_rows(
-                [q[1] * F[2] - q[2] * F[1], q[2] * F[0] - q[0] * F[2], q[0] * F[1] - q[1] * F[0]]
+            tw = self.twist_scalar * wbar
+            Tq = stack_rows(
+                [
+                    q[1] * F[2] - q[2] * F[1] - tw * a[0],
+                    q[2] * F[0] - q[0] * F[2] - tw * a[1],
+                    q[0] * F[1] - q[1] * F[0] - tw * a[2],
+                ]
             )
-            Tq = qxF - self.twist_scalar * wbar[None] * a
             out.append(TaxelReading(F, Tq))
         # channels first, [3, N] (why: the readings leave as a transpose, see channels_last)
         return out[1], out[0], over
