@@ -66,6 +66,8 @@ def atomic_write(path, write, mode: str = "wb") -> None:
     """
     p = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(p))
+    if os.path.isdir(p):
+        raise IsADirectoryError(21, "is a folder, expected a file path", p)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(p) + ".", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
@@ -73,7 +75,9 @@ def atomic_write(path, write, mode: str = "wb") -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, p)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename == tmp:  # name the target, not its temporary
+            raise type(e)(e.errno, e.strerror, p) from None
         raise

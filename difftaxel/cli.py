@@ -22,7 +22,9 @@ RECORDING is an NPZ written by difftaxel.io.write_recording:
                  taxel_bind_poses [x y z qx qy qz qw, m, wrist root frame], segment_indices,
                  weights), segment_source (HandSkeletonRef joints)},
                  "objects": [{"kind": "sphere", "radius": r} | {"kind": "box", "size": [x,y,z]}
-                 | {"kind": "plane"}, ...], "sensor": {KinematicTaxel options}}
+                 | {"kind": "plane"}, ...], "sensor": {KinematicTaxel options: probe_radius,
+                 normal_stiffness, normal_damping, normal_exponent, shear_scalar,
+                 twist_scalar; required, the force model the fit uses}}
   frames         [T, N, 3] measured taxel forces (N, taxel axes, +z outward)
   joint_poses    [T, J, 7] joint poses in the wrist root frame (segment order)
   timestamps_ns  [T] int64
@@ -35,6 +37,7 @@ A rigid-link recording (a skin on one link; difftaxel.io.write_link_recording) h
                  "normal" | [[bool x3] per taxel], plus "objects" and "sensor" as above
   frames         [T, N, 3] (taxel axes) or [T, N] normal readings (pressure-only skins)
   link_poses     [T, 7] link pose in the world (optional; identity if absent)
+  link_twists    [T, 6] link velocity, world (m/s then rad/s; optional: static if absent)
 and the output is the calibrated layout (JSON: layout, identified, std_position_m, ...).
 """
 
@@ -186,6 +189,11 @@ def _calibrate(args) -> int:
     rec = read_link_recording(args.recording) if kind == "link" else read_recording(args.recording)
     if not rec.objects:
         raise ValueError(f"{args.recording}: the recording has no objects (see --help)")
+    if rec.sensor is None:
+        raise ValueError(
+            f"{args.recording}: the recording stores no sensor options (the force model the fit "
+            "needs: write it with sensor={...}, see --help)"
+        )
     T = rec.frames.shape[0]
     bodies = _bodies(rec.objects, rec.object_poses, rec.object_twists)
     dt = _frame_period(rec.timestamps_ns)
@@ -194,7 +202,8 @@ def _calibrate(args) -> int:
         link = rec.link_poses
         if link is None:
             link = np.tile([0, 0, 0, 0, 0, 0, 1.0], (T, 1))
-        rig = LinkScene(jnp.asarray(link), bodies, dt)
+        twist = None if rec.link_twists is None else jnp.asarray(rec.link_twists)
+        rig = LinkScene(jnp.asarray(link), bodies, dt, twist)
     else:
         lbs, channels = rec.metadata.geometry_mapping, "xyz"
         layout = LinkLayout.from_poses(lbs.taxel_bind_poses)

@@ -13,14 +13,30 @@ A **rigid-link recording** (a skin on one link, :func:`write_link_recording`) ha
 of ``metadata`` and ``joint_poses``, a header ``"layout"`` (``{"type": "RigidLink",
 "positions", "normals", "tangents"}``, m and unit vectors in the link frame; ``tangents``
 optional) and ``"channels"`` (``"xyz"``, ``"normal"`` or a bool mask ``[N, 3]``), ``frames``
-``[T, N, 3]`` or ``[T, N]`` (normal readings) and optional ``link_poses [T, 7]`` (world).
+``[T, N, 3]`` or ``[T, N]`` (normal readings) and optional ``link_poses [T, 7]``
+and ``link_twists [T, 6]`` (world).
 :func:`recording_kind` tells the two apart.
 
-Everything round-trips losslessly (``frames`` are stored as given, float32 or float64).
+A successful write means a readable file: writers and readers run the same checks
+(:func:`_hand_arrays`, :func:`_link_arrays`). The rules:
+
+* **Quaternions** (joint, root, link and object poses) are unit within ``QUAT_TOLERANCE``
+  (1e-3 in norm, what a CSV export rounded to 4 decimals gives): such values are normalised on
+  write (and on read, for files other tools wrote); a quaternion further off is refused.
+* **A dropped sample** (NaN or inf in a recorded channel, in a pose or a twist) is refused, with
+  the frame and taxel named: drop the frame, or, on a link recording, leave a taxel's channel
+  out of ``channels`` (entries outside the channels may be NaN; they are never read).
+* **Sensor options** (the KinematicTaxel force model the fit uses: ``SENSOR_OPTIONS``) are
+  stored complete: a writer fills every option it was not given with KinematicTaxel's default
+  and stores it, so the file says what a fit will use; a file without them reads with
+  ``sensor=None``, and ``difftaxel calibrate`` refuses it.
+
+``frames`` are stored as given (float32 or float64); poses are normalised as above.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import zipfile
@@ -117,46 +133,69 @@ class Recording(NamedTuple):
     sensor: dict | None = None
 
 
-def _check_series(meta, frames, joint_poses, timestamps_ns):
-    N, J = meta.n_taxels, meta.geometry_mapping.n_segments
-    f = np.asarray(frames)
-    if f.ndim != 3 or f.shape[1:] != (N, 3):
-        raise ValueError(f"frames: expected shape (T, {N}, 3) (N from the metadata), got {f.shape}")
-    T = f.shape[0]
-    if T == 0:
-        raise ValueError("frames: expected at least one frame (empty time range)")
-    jp = np.asarray(joint_poses)
-    if jp.shape != (T, J, 7):
-        raise ValueError(f"joint_poses: expected shape ({T}, {J}, 7), got {jp.shape}")
-    ts = np.asarray(timestamps_ns)
+def _timestamps(ts, T: int) -> np.ndarray:
+    ts = np.asarray(ts)
     if ts.shape != (T,) or not np.issubdtype(ts.dtype, np.integer):
         raise ValueError(
             f"timestamps_ns: expected int64 of shape ({T},), got {ts.shape} {ts.dtype}"
         )
     if np.any(np.diff(ts) < 0):
         raise ValueError("timestamps_ns: expected non-decreasing times")
-    if not np.all(np.isfinite(f)):
-        raise ValueError("frames: non-finite readings")
-    if not np.all(np.isfinite(jp)):
-        raise ValueError("joint_poses: non-finite values")
-    return f, jp, ts.astype(np.int64)
+    return ts.astype(np.int64)
 
 
-def _object_arrays(objects, object_poses, object_twists, T) -> dict:
-    if not objects:
+def _scene_arrays(header: dict, arrays: dict, T: int) -> dict:
+    """Validated scene arrays (objects listed in ``header``): ``object_poses [T, B, 7]``
+    normalised, ``object_twists [T, B, 6]`` (zeros when absent) and finite."""
+    objects = _check_objects(header.get("objects") or [])
+    op, tw = arrays.get("object_poses"), arrays.get("object_twists")
+    B = len(objects)
+    if not B:
+        for k in ("object_poses", "object_twists"):
+            if arrays.get(k) is not None:
+                raise ValueError(f"{k}: present, but no objects are listed")
         return {}
-    _check_objects(list(objects))
-    op = np.asarray(object_poses, float)
-    if op.shape != (T, len(objects), 7):
-        raise ValueError(f"object_poses: expected shape ({T}, {len(objects)}, 7), got {op.shape}")
-    tw = (
-        np.zeros((T, len(objects), 6))
-        if object_twists is None
-        else np.asarray(object_twists, float)
-    )
-    if tw.shape != (T, len(objects), 6):
-        raise ValueError(f"object_twists: expected shape ({T}, {len(objects)}, 6), got {tw.shape}")
-    return {"object_poses": op, "object_twists": tw}
+    if op is None:
+        raise ValueError(f"object_poses: missing, {B} object(s) listed")
+    if np.shape(op) != (T, B, 7):
+        raise ValueError(f"object_poses: expected shape ({T}, {B}, 7), got {np.shape(op)}")
+    tw = np.zeros((T, B, 6)) if tw is None else tw
+    if np.shape(tw) != (T, B, 6):
+        raise ValueError(f"object_twists: expected shape ({T}, {B}, 6), got {np.shape(tw)}")
+    return {
+        "object_poses": _unit_poses(op, "object_poses"),
+        "object_twists": _finite(tw, "object_twists"),
+    }
+
+
+def _optional_series(arrays: dict, T: int, name: str, width: int, poses: bool) -> dict:
+    a = arrays.get(name)
+    if a is None:
+        return {}
+    if np.shape(a) != (T, width):
+        raise ValueError(f"{name}: expected shape ({T}, {width}), got {np.shape(a)}")
+    return {name: _unit_poses(a, name) if poses else _finite(a, name)}
+
+
+def _hand_arrays(meta: TactileMetadata, header: dict, arrays: dict) -> dict:
+    """Every array of a hand recording checked (writer and reader alike); quaternions
+    normalised. Errors name the entry."""
+    N, J = meta.n_taxels, meta.geometry_mapping.n_segments
+    f = np.asarray(arrays.get("frames"))
+    if f.ndim != 3 or f.shape[1:] != (N, 3):
+        raise ValueError(f"frames: expected shape (T, {N}, 3) (N from the metadata), got {f.shape}")
+    T = f.shape[0]
+    if T == 0:
+        raise ValueError("frames: expected at least one frame (empty time range)")
+    out = {"frames": _finite(f, "frames", "reading")}
+    jp = arrays.get("joint_poses")
+    if np.shape(jp) != (T, J, 7):
+        raise ValueError(f"joint_poses: expected shape ({T}, {J}, 7), got {np.shape(jp)}")
+    out["joint_poses"] = _unit_poses(jp, "joint_poses")
+    out["timestamps_ns"] = _timestamps(arrays.get("timestamps_ns"), T)
+    out.update(_optional_series(arrays, T, "root_poses", 7, poses=True))
+    out.update(_scene_arrays(header, arrays, T))
+    return out
 
 
 def write_recording(
@@ -172,16 +211,18 @@ def write_recording(
     object_twists=None,
     sensor: dict | None = None,
 ) -> None:
-    """Write a recording (see the module docstring); validates shapes against the metadata.
+    """Write a recording (see the module docstring), checked as :func:`read_recording` checks
+    it, so that a file written is a file read; atomic (an existing file is replaced whole or
+    kept).
 
     Optional scene data for calibration: ``root_poses [T, 7]`` (wrist root in the world),
     ``objects`` (a list of ``{"kind": "sphere", "radius": r}`` / ``{"kind": "box", "size":
-    [x, y, z]}`` / ``{"kind": "plane"}``, one body each), ``object_poses [T, B, 7]`` and
-    ``object_twists [T, B, 6]`` (world), and ``sensor`` (KinematicTaxel options, e.g.
-    ``{"probe_radius": 0.002, "normal_stiffness": 500.0}``).
+    [x, y, z]}`` / ``{"kind": "plane"}``, one body each; m), ``object_poses [T, B, 7]`` and
+    ``object_twists [T, B, 6]`` (world; zeros if None), and ``sensor`` (KinematicTaxel
+    options, ``SENSOR_OPTIONS``; those not given are stored with their defaults).
+    Quaternions within ``QUAT_TOLERANCE`` of unit norm are stored normalised. Raises
+    ``ValueError`` naming the argument (and the frame / taxel of a non-finite reading).
     """
-    f, jp, ts = _check_series(metadata, frames, joint_poses, timestamps_ns)
-    T = f.shape[0]
     header = {
         "format": FORMAT,
         "version": VERSION,
@@ -194,22 +235,31 @@ def write_recording(
             "object_poses": "m + quaternion xyzw, world",
             "object_twists": "m/s then rad/s, world",
         },
-        "objects": list(objects or []),
-        "sensor": dict(sensor or {}),
+        "objects": _check_objects(list(objects or [])),
+        "sensor": _sensor_options(sensor, fill=True),
     }
-    extra = {}
-    if root_poses is not None:
-        rp = np.asarray(root_poses, float)
-        if rp.shape != (T, 7):
-            raise ValueError(f"root_poses: expected shape ({T}, 7), got {rp.shape}")
-        extra["root_poses"] = rp
-    extra.update(_object_arrays(objects, object_poses, object_twists, T))
+    given = dict(
+        frames=frames,
+        joint_poses=joint_poses,
+        timestamps_ns=timestamps_ns,
+        root_poses=root_poses,
+        object_poses=object_poses,
+        object_twists=object_twists,
+    )
+    arrays = _hand_arrays(metadata, header, given)
+    _save(path, header, arrays)
+
+
+def _save(path, header: dict, arrays: dict) -> None:
+    """The NPZ written beside ``path`` and renamed over it; the path checked first."""
+    from ._files import check_output
+
+    p = check_output(path, "path")
     try:  # serialised before the file is touched: a bad option cannot cost the old file
         text = json.dumps(header, default=_json_default)
     except TypeError as e:
         raise ValueError(f"sensor / objects: not JSON-serialisable ({e})") from None
-    arrays = dict(header=np.asarray(text), frames=f, joint_poses=jp, timestamps_ns=ts, **extra)
-    atomic_write(path, lambda fh: np.savez(fh, **arrays))
+    atomic_write(p, lambda fh: np.savez(fh, header=np.asarray(text), **arrays))
 
 
 def _json_default(o):
@@ -221,16 +271,104 @@ def _json_default(o):
     raise TypeError(f"{type(o).__name__} {o!r} is not JSON-serialisable")
 
 
-def _check_quats(a: np.ndarray, name: str) -> None:
-    n = np.linalg.norm(a[..., 3:], axis=-1)
-    if not np.all(np.abs(n - 1.0) <= 1e-5):
+QUAT_TOLERANCE = 1e-3
+#: the KinematicTaxel options a recording stores (the force model a fit of it uses)
+SENSOR_OPTIONS = (
+    "probe_radius",
+    "normal_stiffness",
+    "normal_damping",
+    "normal_exponent",
+    "shear_scalar",
+    "twist_scalar",
+)
+
+
+def _first_bad(mask: np.ndarray) -> str:
+    i = tuple(int(v) for v in np.argwhere(mask)[0])
+    return str(i[0]) if len(i) == 1 else str(i)
+
+
+def _finite(a, name: str, what: str = "value") -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype.kind not in "fiu":
+        raise ValueError(f"{name}: expected numbers, got dtype {a.dtype}")
+    a = np.asarray(a, float) if a.dtype.kind in "iu" else a
+    bad = ~np.isfinite(a)
+    if bad.any():
         raise ValueError(
-            f"{name}: expected unit quaternions (x, y, z, w), got norms off by up to "
-            f"{float(np.max(np.abs(n - 1.0))):.3g}"
+            f"{name}: non-finite {what} at index {_first_bad(bad)} (a dropped sample: drop "
+            "the frame; recordings hold no NaN or inf where they are read)"
         )
+    return a
+
+
+def _unit_poses(a, name: str) -> np.ndarray:
+    """Finite poses ``[..., 7]`` with their quaternions (x, y, z, w) normalised; a norm more
+    than ``QUAT_TOLERANCE`` from 1 is refused."""
+    a = np.array(_finite(a, name), float)
+    n = np.linalg.norm(a[..., 3:], axis=-1)
+    bad = ~(np.abs(n - 1.0) <= QUAT_TOLERANCE)
+    if bad.any():
+        raise ValueError(
+            f"{name}: expected unit quaternions (x, y, z, w; norm within {QUAT_TOLERANCE} of 1), "
+            f"got norm {float(n[bad].flat[0]):.6g} at index {_first_bad(bad)}"
+        )
+    off = np.abs(n - 1.0) > 16 * np.finfo(float).eps  # unit ones stay bit for bit
+    a[..., 3:] /= np.where(off, n, 1.0)[..., None]
+    return a
+
+
+def _sensor_options(sensor, *, fill: bool) -> dict | None:
+    """The stored force-model options: numbers for every name in ``SENSOR_OPTIONS``, checked
+    by KinematicTaxel's own rules. ``fill``: options not given take KinematicTaxel's default (a
+    writer); otherwise every option must be present (a reader; an absent or empty entry is
+    ``None``)."""
+    from .sensors import KinematicTaxel
+
+    if sensor is None or (not fill and sensor == {}):
+        if not fill:
+            return None
+        sensor = {}
+    if not isinstance(sensor, dict):
+        raise ValueError(f"sensor: expected a dict of options, got {type(sensor).__name__}")
+    unknown = sorted(set(sensor) - set(SENSOR_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"sensor: unknown option(s) {unknown}; a recording stores {SENSOR_OPTIONS}"
+        )
+    defaults = {f.name: f.default for f in dataclasses.fields(KinematicTaxel)}
+    for k, v in sensor.items():
+        if isinstance(v, (bool, np.bool_)) or not isinstance(
+            v, (int, float, np.integer, np.floating)
+        ):
+            raise ValueError(f"sensor.{k}: expected a number, got {v!r}")
+        if not np.isfinite(v):
+            raise ValueError(f"sensor.{k}: expected a finite number, got {v!r}")
+    missing = [k for k in SENSOR_OPTIONS if k not in sensor]
+    if missing and not fill:
+        raise ValueError(f"sensor: missing option(s) {missing} (a recording stores them all)")
+    out = {k: float(sensor.get(k, defaults[k])) for k in SENSOR_OPTIONS}
+    try:
+        KinematicTaxel(probe_local_pos=np.zeros((1, 3)), **out)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"sensor: {e}") from None
+    return out
 
 
 _OBJECT_KINDS = {"sphere": ("radius",), "box": ("size",), "plane": ()}
+
+
+def _positive_numbers(v, name: str, n: int | None) -> None:
+    vals = v if n is not None else [v]
+    if n is not None and (not isinstance(v, (list, tuple, np.ndarray)) or len(v) != n):
+        raise ValueError(f"{name}: expected {n} numbers (m), got {v!r}")
+    for x in vals:
+        if isinstance(x, (bool, np.bool_)) or not isinstance(
+            x, (int, float, np.integer, np.floating)
+        ):
+            raise ValueError(f"{name}: expected a number (m), got {x!r}")
+        if not (np.isfinite(x) and x > 0):
+            raise ValueError(f"{name}: expected a finite number > 0 (m), got {x!r}")
 
 
 def _check_objects(objects) -> list:
@@ -244,25 +382,19 @@ def _check_objects(objects) -> list:
         for k in _OBJECT_KINDS[o["kind"]]:
             if k not in o:
                 raise ValueError(f"objects[{i}]: a {o['kind']} needs {k!r}")
+        if o["kind"] == "sphere":
+            _positive_numbers(o["radius"], f"objects[{i}].radius", None)
+        elif o["kind"] == "box":
+            _positive_numbers(o["size"], f"objects[{i}].size", 3)
+        elif "normal" in o:
+            nrm = np.asarray(o["normal"])
+            if nrm.shape != (3,) or nrm.dtype.kind not in "fiu" or not np.all(np.isfinite(nrm)):
+                raise ValueError(
+                    f"objects[{i}].normal: expected 3 finite numbers, got {o['normal']!r}"
+                )
+            if not np.linalg.norm(nrm) > 0:
+                raise ValueError(f"objects[{i}].normal: expected a non-zero vector")
     return objects
-
-
-def _scene_objects(header: dict, arrays: dict, T: int):
-    """Validated ``(objects, object_poses [T, B, 7] | None, object_twists [T, B, 6] | None)``."""
-    objects = _check_objects(header.get("objects") or [])
-    op, tw = arrays.get("object_poses"), arrays.get("object_twists")
-    B = len(objects)
-    if B:
-        if op is None:
-            raise ValueError(f"object_poses: missing, {B} object(s) listed in the header")
-        if op.shape != (T, B, 7) or not np.all(np.isfinite(op)):
-            raise ValueError(f"object_poses: expected finite shape ({T}, {B}, 7), got {op.shape}")
-        _check_quats(op, "object_poses")
-        if tw is not None and (tw.shape != (T, B, 6) or not np.all(np.isfinite(tw))):
-            raise ValueError(f"object_twists: expected finite shape ({T}, {B}, 6), got {tw.shape}")
-    elif op is not None:
-        raise ValueError("object_poses: present, but the header lists no objects")
-    return objects, op, (tw if B else None)
 
 
 def _load(path, keys_hint: str):
@@ -330,35 +462,21 @@ def read_recording(path) -> Recording:
             raise ValueError(f"{p}: not a difftaxel recording (missing ['joint_poses'])")
         try:
             meta = metadata_from_dict(header.get("metadata"))
-            arrays = {k: _get(z, p, k) for k in z.files if k != "header"}
-            f, jp, ts = _check_series(
-                meta, arrays["frames"], arrays["joint_poses"], arrays["timestamps_ns"]
+            arrays = _hand_arrays(
+                meta, header, {k: _get(z, p, k) for k in z.files if k != "header"}
             )
-            _check_quats(jp, "joint_poses")
-            T = f.shape[0]
-            root = arrays.get("root_poses")
-            if root is not None:
-                if root.shape != (T, 7) or not np.all(np.isfinite(root)):
-                    raise ValueError(
-                        f"root_poses: expected finite shape ({T}, 7), got {root.shape}"
-                    )
-                _check_quats(root, "root_poses")
-            objects, op, tw = _scene_objects(header, arrays, T)
-            B = len(objects)
-            sensor = header.get("sensor") or None
-            if sensor is not None and not isinstance(sensor, dict):
-                raise ValueError(f"sensor: expected a dict of options, got {type(sensor).__name__}")
+            sensor = _sensor_options(header.get("sensor"), fill=False)
         except (ValueError, TypeError) as e:
             raise ValueError(f"{p}: {e}") from None
         return Recording(
             meta,
-            f,
-            jp,
-            ts,
-            root,
-            objects or None,
-            op,
-            tw if B else None,
+            arrays["frames"],
+            arrays["joint_poses"],
+            arrays["timestamps_ns"],
+            arrays.get("root_poses"),
+            header.get("objects") or None,
+            arrays.get("object_poses"),
+            arrays.get("object_twists"),
             sensor,
         )
 
@@ -422,7 +540,8 @@ class LinkRecording(NamedTuple):
     a bool mask ``[N, 3]``), ``frames [T, N, 3]`` (taxel axes; NaN outside the channels) or
     ``[T, N]`` (normal readings), ``timestamps_ns [T]``, and optional ``link_poses [T, 7]``
     (world; identity if absent), ``objects``, ``object_poses [T, B, 7]``, ``object_twists
-    [T, B, 6]``, ``sensor`` options."""
+    [T, B, 6]``, ``sensor`` options, ``link_twists [T, 6]`` (world, linear then angular; the
+    link is static if absent)."""
 
     layout: object
     channels: object
@@ -433,6 +552,7 @@ class LinkRecording(NamedTuple):
     object_poses: np.ndarray | None = None
     object_twists: np.ndarray | None = None
     sensor: dict | None = None
+    link_twists: np.ndarray | None = None
 
 
 def layout_to_dict(layout) -> dict:
@@ -467,15 +587,43 @@ def _channels_json(channels, N):
     return channels if isinstance(channels, str) else m.tolist()
 
 
-def _check_link_frames(frames, N, T=None):
-    f = np.asarray(frames)
+def _link_arrays(layout, channels, header: dict, arrays: dict) -> dict:
+    """Every array of a rigid-link recording checked (writer and reader alike): ``[T, N]``
+    frames only with the normal channel, finite readings in the recorded channels, quaternions
+    normalised. Errors name the entry."""
+    from .skin import channel_mask
+
+    N = layout.n_taxels
+    mask = channel_mask(channels, N)
+    f = np.asarray(arrays.get("frames"))
     if f.ndim not in (2, 3) or f.shape[1] != N or (f.ndim == 3 and f.shape[2] != 3):
         raise ValueError(
             f"frames: expected (T, {N}, 3) or (T, {N}) (N from the layout), got {f.shape}"
         )
-    if f.shape[0] == 0:
+    T = f.shape[0]
+    if T == 0:
         raise ValueError("frames: expected at least one frame (empty time range)")
-    return f
+    if f.dtype.kind not in "fiu":
+        raise ValueError(f"frames: expected numbers, got dtype {f.dtype}")
+    if f.ndim == 2 and mask[:, :2].any():
+        raise ValueError("frames: [T, N] readings are normal only; channels must be 'normal'")
+    sel = (
+        np.broadcast_to(mask[None, :, 2], f.shape)
+        if f.ndim == 2
+        else np.broadcast_to(mask, f.shape)
+    )
+    bad = sel & ~np.isfinite(f)
+    if bad.any():
+        raise ValueError(
+            f"frames: non-finite reading at (frame, taxel{', axis' if f.ndim == 3 else ''}) "
+            f"{_first_bad(bad)} in a recorded channel (a dropped sample: drop the frame, or "
+            "leave that taxel's channel out of channels)"
+        )
+    out = {"frames": f, "timestamps_ns": _timestamps(arrays.get("timestamps_ns"), T)}
+    out.update(_optional_series(arrays, T, "link_poses", 7, poses=True))
+    out.update(_optional_series(arrays, T, "link_twists", 6, poses=False))
+    out.update(_scene_arrays(header, arrays, T))
+    return out
 
 
 def write_link_recording(
@@ -486,6 +634,7 @@ def write_link_recording(
     *,
     channels="xyz",
     link_poses=None,
+    link_twists=None,
     objects=None,
     object_poses=None,
     object_twists=None,
@@ -493,13 +642,14 @@ def write_link_recording(
 ) -> None:
     """Write a rigid-link recording (:class:`LinkRecording`) as an NPZ with a JSON ``header``
     (``"layout"``, ``"channels"``, ``"objects"``, ``"sensor"``) and arrays ``frames``,
-    ``timestamps_ns``, ``link_poses``, ``object_poses``, ``object_twists``. Atomic."""
+    ``timestamps_ns``, ``link_poses [T, 7]`` / ``link_twists [T, 6]`` (world; linear then
+    angular velocity, m/s and rad/s: a moving link), ``object_poses``, ``object_twists``.
+
+    Checked as :func:`read_link_recording` checks it (see the module docstring for the rules:
+    quaternions, dropped samples, sensor options), so that a file written is a file read;
+    atomic. Raises ``ValueError`` naming the argument.
+    """
     N = layout.n_taxels
-    f = _check_link_frames(frames, N)
-    T = f.shape[0]
-    ts = np.asarray(timestamps_ns)
-    if ts.shape != (T,) or not np.issubdtype(ts.dtype, np.integer) or np.any(np.diff(ts) < 0):
-        raise ValueError(f"timestamps_ns: expected non-decreasing int64 of shape ({T},)")
     header = {
         "format": FORMAT,
         "version": VERSION,
@@ -509,25 +659,23 @@ def write_link_recording(
             "frames": "N (or the skin's pressure units), taxel axes",
             "layout": "m, link frame",
             "link_poses": "m + quaternion xyzw, world",
+            "link_twists": "m/s then rad/s, world",
             "object_poses": "m + quaternion xyzw, world",
             "object_twists": "m/s then rad/s, world",
         },
-        "objects": list(objects or []),
-        "sensor": dict(sensor or {}),
+        "objects": _check_objects(list(objects or [])),
+        "sensor": _sensor_options(sensor, fill=True),
     }
-    extra = _object_arrays(objects, object_poses, object_twists, T)
-    if link_poses is not None:
-        lp = np.asarray(link_poses, float)
-        if lp.shape != (T, 7):
-            raise ValueError(f"link_poses: expected shape ({T}, 7), got {lp.shape}")
-        _check_quats(lp, "link_poses")
-        extra["link_poses"] = lp
-    try:
-        text = json.dumps(header, default=_json_default)
-    except TypeError as e:
-        raise ValueError(f"sensor / objects: not JSON-serialisable ({e})") from None
-    arrays = dict(header=np.asarray(text), frames=f, timestamps_ns=ts.astype(np.int64), **extra)
-    atomic_write(path, lambda fh: np.savez(fh, **arrays))
+    given = dict(
+        frames=frames,
+        timestamps_ns=timestamps_ns,
+        link_poses=link_poses,
+        link_twists=link_twists,
+        object_poses=object_poses,
+        object_twists=object_twists,
+    )
+    arrays = _link_arrays(layout, channels, header, given)
+    _save(path, header, arrays)
 
 
 def read_link_recording(path) -> LinkRecording:
@@ -541,33 +689,24 @@ def read_link_recording(path) -> LinkRecording:
             raise ValueError(f"{p}: a hand recording (no 'layout'); read it with read_recording")
         try:
             layout = layout_from_dict(header["layout"])
-            N = layout.n_taxels
-            arrays = {k: _get(z, p, k) for k in z.files if k != "header"}
-            f = _check_link_frames(arrays["frames"], N)
-            T = f.shape[0]
             ch = header.get("channels", "xyz")
-            mask = channel_mask(ch if isinstance(ch, str) else np.asarray(ch, bool), N)
-            if f.ndim == 2 and mask[:, :2].any():
-                raise ValueError(
-                    "frames: [T, N] readings are normal only; channels must be 'normal'"
-                )
-            sel = f if f.ndim == 2 else f[:, mask]
-            if not np.all(np.isfinite(sel)):
-                raise ValueError("frames: non-finite readings in the recorded channels")
-            ts = arrays["timestamps_ns"]
-            if ts.shape != (T,) or not np.issubdtype(ts.dtype, np.integer):
-                raise ValueError(f"timestamps_ns: expected int64 of shape ({T},), got {ts.shape}")
-            lp = arrays.get("link_poses")
-            if lp is not None:
-                if lp.shape != (T, 7) or not np.all(np.isfinite(lp)):
-                    raise ValueError(f"link_poses: expected finite shape ({T}, 7), got {lp.shape}")
-                _check_quats(lp, "link_poses")
-            objects, op, tw = _scene_objects(header, arrays, T)
-            sensor = header.get("sensor") or None
-            if sensor is not None and not isinstance(sensor, dict):
-                raise ValueError(f"sensor: expected a dict of options, got {type(sensor).__name__}")
+            ch = ch if isinstance(ch, str) else np.asarray(ch)
+            mask = channel_mask(ch, layout.n_taxels)
+            arrays = _link_arrays(
+                layout, ch, header, {k: _get(z, p, k) for k in z.files if k != "header"}
+            )
+            sensor = _sensor_options(header.get("sensor"), fill=False)
         except (ValueError, TypeError) as e:
             raise ValueError(f"{p}: {e}") from None
         return LinkRecording(
-            layout, ch if isinstance(ch, str) else mask, f, ts, lp, objects or None, op, tw, sensor
+            layout,
+            ch if isinstance(ch, str) else mask,
+            arrays["frames"],
+            arrays["timestamps_ns"],
+            arrays.get("link_poses"),
+            header.get("objects") or None,
+            arrays.get("object_poses"),
+            arrays.get("object_twists"),
+            sensor,
+            arrays.get("link_twists"),
         )
