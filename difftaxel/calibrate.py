@@ -43,6 +43,8 @@ __all__ = [
     "huber",
     "gauss_newton_std",
     "sandwich_std",
+    "scaled_inverse",
+    "undetermined_std",
     "levenberg_marquardt",
     "default_optimizer",
 ]
@@ -296,12 +298,63 @@ def fit(
     )
 
 
+def scaled_inverse(H, *, dtype=np.float64, rtol: float | None = None):
+    """Inverse of a Gauss-Newton (Fisher) matrix that does not depend on the parameters' units,
+    and the parameters the data does not determine.
+
+    ``H [..., P, P]`` (a batch of them allowed) is scaled to unit diagonal, ``C = D^-1 H D^-1``
+    with ``D = sqrt(diag H)``: a change of any parameter's units is a diagonal ``D`` and cancels,
+    so standard deviations scale with their parameters' units and nothing else (an unscaled
+    ``pinv(J^T J)`` drops the weakest direction when the columns' units differ by ~1e8).
+    An eigen-direction of ``C`` below ``rtol`` times its largest eigenvalue is not determined by
+    the data; every parameter with a visible share in one (squared loading > 1e-6), and every
+    parameter with a zero (or non-finite) column, is *undetermined*: its variance is infinite.
+
+    Args:
+      H: ``[..., P, P]`` symmetric positive semi-definite.
+      dtype: the dtype the Jacobian behind ``H`` was computed in: ``rtol`` follows it.
+      rtol: relative eigenvalue tolerance; default ``max(P, 10) * eps(dtype)`` (``H`` squares
+        the Jacobian's condition, so an eigenvalue below ``eps`` relative is rounding).
+
+    Returns:
+      ``(Hinv [..., P, P], undetermined [..., P] bool)``; ``Hinv``'s rows and columns of
+      undetermined parameters are 0 (set their variances to inf with :func:`undetermined_std`).
+    """
+    H = np.asarray(H, np.float64)
+    P = H.shape[-1]
+    if rtol is None:
+        rtol = max(P, 10) * float(np.finfo(dtype).eps)
+    d2 = np.diagonal(H, axis1=-2, axis2=-1)
+    ok = np.isfinite(d2) & (d2 > 0) & np.all(np.isfinite(H), axis=-1)
+    d = np.sqrt(np.where(ok, d2, 1.0))
+    C = np.where(ok[..., :, None] & ok[..., None, :], H / (d[..., :, None] * d[..., None, :]), 0.0)
+    C = C + np.where(ok, 0.0, 1.0)[..., None] * np.eye(P)  # dropped parameters: decoupled
+    w, V = np.linalg.eigh(C)
+    small = w <= rtol * np.max(w, axis=-1, keepdims=True)
+    load = np.einsum("...ij,...j->...i", V * V, small.astype(float))
+    undetermined = ~ok | (load > 1e-6)
+    winv = np.where(small, 0.0, 1.0 / np.where(small, 1.0, w))
+    Cinv = np.einsum("...ij,...j,...kj->...ik", V, winv, V)
+    keep = ~undetermined
+    Hinv = Cinv / (d[..., :, None] * d[..., None, :])
+    Hinv = np.where(keep[..., :, None] & keep[..., None, :], Hinv, 0.0)
+    return Hinv, undetermined
+
+
+def undetermined_std(cov, undetermined):
+    """``sqrt(diag(cov))`` with ``inf`` for the undetermined parameters (``[..., P]``)."""
+    std = np.sqrt(np.clip(np.diagonal(cov, axis1=-2, axis2=-1), 0.0, None))
+    return np.where(undetermined, np.inf, std)
+
+
 def gauss_newton_std(residual_fn, params, noise_std: float | None = None):
     """Parameter standard deviations from the Gauss-Newton approximation.
 
     ``cov = sigma^2 (J^T J)^-1`` with ``J`` the Jacobian of ``residual_fn(params) [R]`` w.r.t.
     the flattened ``params``; ``sigma`` is ``noise_std`` or, if None, estimated from the
-    residuals ``sqrt(|r|^2 / (R - P))``. Returns ``(std pytree, cov [P, P])``.
+    residuals ``sqrt(|r|^2 / (R - P))``. The inverse is :func:`scaled_inverse`'s (invariant to
+    the parameters' units); a parameter the data does not determine has an infinite std.
+    Returns ``(std pytree, cov [P, P])`` (rows of undetermined parameters 0 in ``cov``).
     """
     flat, unravel = ravel_pytree(params)
     r = residual_fn(params)
@@ -310,11 +363,13 @@ def gauss_newton_std(residual_fn, params, noise_std: float | None = None):
     if noise_std is None:
         if R <= Pn:
             raise ValueError("residual_fn: need more residuals than parameters to estimate noise")
-        sigma2 = jnp.sum(r * r) / (R - Pn)
+        sigma2 = float(jnp.sum(r * r)) / (R - Pn)
     else:
-        sigma2 = jnp.asarray(noise_std) ** 2
-    cov = sigma2 * jnp.linalg.pinv(J.T @ J)
-    return unravel(jnp.sqrt(jnp.clip(jnp.diag(cov), 0.0))), cov
+        sigma2 = float(noise_std) ** 2
+    Jn = np.asarray(J, np.float64)
+    Hinv, und = scaled_inverse(Jn.T @ Jn, dtype=J.dtype)
+    cov = sigma2 * Hinv
+    return unravel(jnp.asarray(undetermined_std(cov, und), flat.dtype)), cov
 
 
 def _auto_lags(r: np.ndarray) -> int:
@@ -350,7 +405,9 @@ def sandwich_std(residual_fn, params, lags: int | None = None):
     residuals (a misspecified model, a sensor's slow drift) it grows with their correlation time
     where Gauss-Newton does not. ``lags`` (L) defaults to twice the first lag at which the
     residuals' autocorrelation falls inside the white-noise band ``2 / sqrt(T)`` (capped at
-    ``T // 4``). Returns ``(std pytree, cov [P, P], L)``.
+    ``T // 4``). ``H``'s inverse is :func:`scaled_inverse`'s: invariant to the parameters'
+    units, infinite std for a parameter the data does not determine. Returns ``(std pytree,
+    cov [P, P], L)``.
     """
     flat, unravel = ravel_pytree(params)
     r = residual_fn(params)
@@ -359,6 +416,7 @@ def sandwich_std(residual_fn, params, lags: int | None = None):
     T = r.shape[0]
     J = jax.jacfwd(lambda v: residual_fn(unravel(v)).reshape(T, -1))(flat)  # [T, K, P]
     r2 = np.asarray(r, np.float64).reshape(T, -1)
+    jac_dtype = J.dtype
     J = np.asarray(J, np.float64)
     if lags is None:
         lags = _auto_lags(r2)
@@ -370,10 +428,9 @@ def sandwich_std(residual_fn, params, lags: int | None = None):
         gam = g[lag:].T @ g[:-lag]
         omega += (1.0 - lag / (lags + 1.0)) * (gam + gam.T)
     Jf = J.reshape(-1, J.shape[-1])
-    Hinv = np.linalg.pinv(Jf.T @ Jf)
+    Hinv, und = scaled_inverse(Jf.T @ Jf, dtype=jac_dtype)
     cov = Hinv @ omega @ Hinv
-    std = np.sqrt(np.clip(np.diag(cov), 0.0, None))
-    return unravel(jnp.asarray(std, flat.dtype)), cov, int(lags)
+    return unravel(jnp.asarray(undetermined_std(cov, und), flat.dtype)), cov, int(lags)
 
 
 def levenberg_marquardt(residual_fn, params, *, steps: int = 30, damping: float = 1e-3):

@@ -46,10 +46,14 @@ LOG is a raw-reading log of one or more taxels against a reference force (a load
   text: two columns "raw force" (ADC counts, N) or three "time raw force" (s), '#' comments,
         an optional header line "# dt = 0.01"
   NPZ:  raw [T] or [T, N], force (same shape), optionally dt (s) or time [T] (s)
+Raw values may be in any unit (ADC counts, volts): the fit takes its scale from the data.
 Without time information (and without --dt) the log is in samples: hysteresis_tau is then in
-samples. Several LOGs of the same element are fitted together: one curve, one offset per log.
---save writes the fitted parameters (JSON); --params applies saved ones to LOGs without
-fitting; --predict writes predicted forces (NPZ: logI_predicted, logI_force, logI_raw).
+samples. A '# dt' header takes s, ms or us ("# dt = 10 ms"). Several LOGs of the same element
+are fitted together: one curve, one offset per log.
+--save writes the fitted parameters (JSON, with the fit's dt); --params applies saved ones to
+LOGs without fitting (a log without time is taken at the fit's dt; parameters fitted in
+samples apply only to logs without time; a fit of several logs needs --offset-of K);
+--predict writes predicted forces (NPZ: logI_predicted, logI_force, logI_raw).
 """
 
 
@@ -282,15 +286,35 @@ def _identify(args) -> int:
     if args.params:
         if args.save:
             raise ValueError("--save: nothing is fitted with --params; drop one of them")
-        params, sign, _, sat = load_raw_params(args.params)
+        model = load_raw_params(args.params)
+        L = np.shape(model.params["offset"])[0] if np.ndim(model.params["offset"]) == 2 else 1
+        if L > 1 and args.offset_of is None:
+            raise ValueError(
+                f"--offset-of: {args.params} holds {L} offsets (one per fitted log); say whose "
+                f"offset applies to these logs (0..{L - 1})"
+            )
+        if args.offset_of is not None and not 0 <= args.offset_of < L:
+            raise ValueError(f"--offset-of: expected 0..{L - 1}, got {args.offset_of}")
+        which = args.offset_of if L > 1 else None
+        print(
+            f"applying {args.params}: "
+            + (f"the offset of fitted log {which}" if L > 1 else "the fitted log's offset")
+            + (
+                "; hysteresis_tau in samples"
+                if model.dt is None
+                else f"; hysteresis_tau in s (fitted at dt = {model.dt:g} s)"
+            )
+        )
         preds = []
-        for i, (p, g) in enumerate(zip(args.log, logs)):
+        for p, g in zip(args.log, logs):
             try:
-                pr = predict(params, sign, g, i if np.ndim(params["offset"]) == 2 else 0)
+                pr = predict(model, g, which)
             except ValueError as e:
                 raise ValueError(f"{p}: {e}") from None
+            if model.dt is not None and g.dt is None:
+                print(f"{p}: no time information: taken at the fit's dt = {model.dt:g} s")
             preds.append(pr)
-            lo, hi = sat.masks(g.raw)
+            lo, hi = model.saturation.masks(g.raw)
             free = ~(lo | hi)
             sq = np.sum(np.where(free, (pr - g.force) ** 2, 0.0), 0)
             rmse = np.sqrt(sq / np.maximum(free.sum(0), 1))
@@ -324,13 +348,20 @@ def _identify(args) -> int:
             ]
             print(f"{i:>5} " + " ".join(cells))
         if len(logs) > 1:
-            print(f"offsets per log (counts): {np.array2string(f.params['offset'], precision=2)}")
+            print(
+                f"offsets per log (raw units): {np.array2string(f.params['offset'], precision=4)}"
+            )
         unit = "samples" if f.dt is None else "s"
-        print(f"(+- sandwich standard deviations; hysteresis_tau in {unit}, delay in samples)")
+        print(
+            f"(+- sandwich standard deviations, inf where the data does not determine a "
+            f"parameter; offset in raw units, hysteresis_tau in {unit}, delay in samples)"
+        )
+        for w in f.warnings:
+            print(f"warning: {w}")
         print(f"training residual std (N): {np.array2string(f.residual_std, precision=4)}")
         if f.held_out_rmse is not None:
             print(f"held-back RMSE (N): {np.array2string(f.held_out_rmse, precision=4)}")
-        preds = [f.predict(g, i) for i, g in enumerate(logs)]
+        preds = [f.predict(g, i if len(logs) > 1 else None) for i, g in enumerate(logs)]
         if args.save:
             save_raw_params(args.save, f)
             print(f"parameters written to {args.save}")
@@ -387,12 +418,14 @@ recording this command accepts: `difftaxel calibrate demo/session.npz --out cal.
 """
 
 IDENTIFY_EXAMPLE = """
-Example file (a text log; write it with any editor or numpy.savetxt):
+The first lines of a text log (numpy.savetxt writes one; a fit needs a few hundred samples
+that press the taxel across its force range, at least 14 in its training part):
   # dt = 0.01
   # raw force
   512 0.00
   530 0.05
   575 0.21
+  ...
 """
 
 
@@ -511,6 +544,13 @@ def _parser() -> argparse.ArgumentParser:
     ident.add_argument("--save", default=None, metavar="PARAMS", help="write the fit (JSON)")
     ident.add_argument(
         "--params", default=None, metavar="PARAMS", help="apply saved parameters, no fit"
+    )
+    ident.add_argument(
+        "--offset-of",
+        type=_positive(int, "index", strict=False),
+        default=None,
+        metavar="K",
+        help="with --params from a fit of several logs: apply fitted log K's offset",
     )
     ident.add_argument(
         "--predict", default=None, metavar="OUT", help="write predicted forces (NPZ)"

@@ -31,7 +31,7 @@ def test_fit_reproduces_held_back_part_within_noise():
     log, noise = synthetic()
     f = fit_raw_model(log, train_fraction=0.7)
     n_tr = int(round(0.7 * len(log.raw)))
-    pred = np.asarray(raw_to_force(f.params, jnp.asarray(log.raw), log.dt))
+    pred = f.predict(log)
     rmse = np.sqrt(np.mean((pred[n_tr:] - log.force[n_tr:]) ** 2, axis=0))
     assert np.all(rmse < 1.2 * noise), rmse
     assert np.all(f.residual_std < 1.2 * noise)
@@ -190,9 +190,10 @@ def test_logs_without_time_are_in_samples_and_params_round_trip(tmp_path):
         load_raw_log(p)
     f = fit_raw_model(log, steps=50, lm_steps=2, saturation=None)
     save_raw_params(tmp_path / "params.json", f)
-    params, sign, dt, sat = load_raw_params(tmp_path / "params.json")
+    params, sign, dt, sat, scale = load_raw_params(tmp_path / "params.json")
     np.testing.assert_allclose(params["exponent"], f.params["exponent"])
     assert dt == 0.01 and np.all(sign == f.sign) and np.all(np.isnan(sat.lo))
+    np.testing.assert_allclose(scale["ref_counts"], f.scale["ref_counts"])
     (tmp_path / "junk.json").write_text("{}")
     with pytest.raises(ValueError, match="junk.json"):
         load_raw_params(tmp_path / "junk.json")

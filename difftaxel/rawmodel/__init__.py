@@ -11,10 +11,13 @@ The model, per taxel::
   on the high side) or fall with it (-1). It is detected from the data (rank correlation) or
   declared; a declaration the data contradicts is an error, and data with no monotone response
   is an error, never a silently wrong fit.
-* ``c0`` is the **offset** (counts), one per log when several logs are fitted together (the
+* ``c0`` is the **offset** (raw units), one per log when several logs are fitted together (the
   same element under different covers or re-seated: the curve is shared, the rest level is
-  not); ``F_ref > 0`` is the force ``c_ref`` counts past the offset (``c_ref`` = 1000 keeps
-  gain and exponent decorrelated); ``p > 0`` the exponent; ``w`` a fixed softness in counts.
+  not); ``F_ref > 0`` is the force ``c_ref`` past the offset; ``p > 0`` the exponent; ``w``
+  the curve's rounding at the offset. A fit takes ``c_ref`` from its data (the span of the raw
+  values past the offset, which keeps gain and exponent decorrelated) and ``w = 0.02 c_ref``:
+  nothing assumes ADC counts, and a log in volts fits as the same log in counts (offsets and
+  their standard deviations in the raw units, everything else identical).
 * ``d`` is an optional **channel delay** in samples (signed, fractional; linear
   interpolation, clamped at the ends): a delay between the ADC and the load cell is fitted as
   such instead of being absorbed by the hysteresis.
@@ -26,7 +29,10 @@ The model, per taxel::
 
 :func:`fit_raw_model` fits all of this per taxel with optional per-sample weights, and reports
 sandwich (autocorrelation-consistent) standard deviations next to the Gauss-Newton ones: on real
-logs the residuals are not white, and Gauss-Newton is then over-confident.
+logs the residuals are not white, and Gauss-Newton is then over-confident. Both are invariant
+to the parameters' units; a parameter the data does not determine has an infinite standard
+deviation and is named in ``RawFit.undetermined``. A dead band at the rest end (many samples on
+one value while the force moves) is reported in ``RawFit.warnings``.
 
 Logs: plain text with two columns ``raw force`` or three ``time raw force`` (time in s;
 ``#`` comments; optional header line ``# dt = 0.01``), or NPZ with ``raw [T]`` or ``[T, N]``,
@@ -34,13 +40,23 @@ Logs: plain text with two columns ``raw force`` or three ``time raw force`` (tim
 log is in **sample units** (``dt = None``): ``tau`` is then in samples.
 """
 
-from .fit import RawFit, fit_raw_model, load_raw_params, predict, save_raw_params
+from .fit import (
+    RawFit,
+    RawParams,
+    dead_band_warnings,
+    fit_raw_model,
+    load_raw_params,
+    predict,
+    save_raw_params,
+)
 from .logs import RawLog, Saturation, detect_saturation, detect_sign, load_raw_log
 from .model import raw_to_force
 
 __all__ = [
     "RawLog",
     "RawFit",
+    "RawParams",
+    "dead_band_warnings",
     "Saturation",
     "load_raw_log",
     "raw_to_force",

@@ -13,11 +13,21 @@ import numpy as np
 
 from ..calibrate import fit, gauss_newton_std, levenberg_marquardt, sandwich_std
 from .logs import RawLog, Saturation, detect_saturation, detect_sign
-from .model import REF_COUNTS, SOFTNESS, raw_to_force
+from .model import REF_COUNTS, SOFT_FRACTION, SOFTNESS, raw_to_force
 
 Array = jax.Array
 
-__all__ = ["RawFit", "predict", "fit_raw_model", "save_raw_params", "load_raw_params"]
+__all__ = [
+    "RawFit",
+    "RawParams",
+    "predict",
+    "fit_raw_model",
+    "save_raw_params",
+    "load_raw_params",
+]
+
+#: parameters that are positive by construction (fitted in log space)
+_POSITIVE = ("force_at_ref", "exponent", "hysteresis_tau")
 
 
 class RawFit(NamedTuple):
@@ -26,7 +36,8 @@ class RawFit(NamedTuple):
     Attributes:
       params: fitted parameters, ``[N]`` each; ``offset`` is ``[N]`` for one log, ``[L, N]``
         for ``L`` logs.
-      std: sandwich (autocorrelation-consistent) standard deviations, same structure.
+      std: sandwich (autocorrelation-consistent) standard deviations, same structure; ``inf``
+        where the data does not determine a parameter (see ``undetermined``).
       std_gauss_newton: the Gauss-Newton ones (right only for white residuals).
       sign: ``[N]`` +1 (counts rise with force) or -1.
       saturation: the :class:`Saturation` limits used.
@@ -36,6 +47,14 @@ class RawFit(NamedTuple):
       settle: samples masked after each saturated run.
       dt: the logs' sample period (s) or None (sample units).
       result: the :class:`~difftaxel.calibrate.FitResult`.
+      scale: ``{"ref_counts": [N], "softness": [N]}`` in raw units, chosen from the data (the
+        span of the raw values past the offset, and ``SOFT_FRACTION`` of it): the fit does
+        not depend on the raw values' units (counts, volts).
+      undetermined: names of the parameters (``"name[i]"``, taxel ``i``) the data does not
+        determine (infinite std): a flat direction, or a positive parameter whose std exceeds
+        ``1 / sqrt(eps)`` times its value (a run-away time constant).
+      warnings: what a person should know about the data (a dead band at the rest end, a
+        parameter known only to its order of magnitude), one sentence each.
     """
 
     params: dict
@@ -49,16 +68,56 @@ class RawFit(NamedTuple):
     settle: int
     dt: float | None
     result: object
+    scale: dict
+    undetermined: tuple = ()
+    warnings: tuple = ()
 
-    def predict(self, log: RawLog, log_index: int = 0) -> np.ndarray:
-        """Predicted forces ``[T, N]`` (N) of ``log``'s counts with log ``log_index``'s offset."""
-        return predict(self.params, self.sign, log, log_index)
+    @property
+    def model(self) -> RawParams:
+        """The fit as :class:`RawParams` (what :func:`save_raw_params` writes)."""
+        return RawParams(self.params, self.sign, self.dt, self.saturation, self.scale)
+
+    def predict(self, log: RawLog, log_index: int | None = None) -> np.ndarray:
+        """Predicted forces ``[T, N]`` (N) of ``log``'s counts (:func:`predict`)."""
+        return predict(self.model, log, log_index)
 
 
-def predict(params: dict, sign, log: RawLog, log_index: int = 0) -> np.ndarray:
-    """Forces ``[T, N]`` (N) predicted from ``log.raw`` by fitted ``params`` (see :class:`RawFit`)."""
+class RawParams(NamedTuple):
+    """Fitted raw-model parameters as saved (:func:`load_raw_params`): ``params`` (``[N]``
+    each, ``offset`` ``[N]`` or ``[L, N]``), ``sign [N]``, ``dt`` (s, the fitted logs' sample
+    period; None: they were in samples), ``saturation``, ``scale`` (``ref_counts``,
+    ``softness``: raw units, ``[N]``)."""
+
+    params: dict
+    sign: np.ndarray
+    dt: float | None
+    saturation: Saturation
+    scale: dict
+
+
+def predict(model: RawParams | RawFit, log: RawLog, log_index: int | None = None) -> np.ndarray:
+    """Forces ``[T, N]`` (N) predicted from ``log.raw`` by a fit (:class:`RawFit` or saved
+    :class:`RawParams`).
+
+    Time units: the model's ``hysteresis_tau`` is in seconds when it was fitted on timed logs
+    (``model.dt``), in samples otherwise. A timed model applies to a timed log at the log's own
+    rate (its delay, in samples, converted by the ratio of the rates), and to a log without
+    time at the model's ``dt``; a model fitted in samples applies only to logs without time
+    (its samples' period is unknown): otherwise ``ValueError``.
+
+    Offsets: a fit of ``L`` logs has one offset per log; ``log_index`` says whose offset to use
+    (required when ``L > 1``, a ``ValueError`` otherwise).
+    """
+    if isinstance(model, RawFit):
+        model = model.model
+    params, sign = model.params, model.sign
     off = jnp.asarray(params["offset"])
     if off.ndim == 2:
+        if log_index is None:
+            raise ValueError(
+                f"log_index: the parameters hold {off.shape[0]} offsets (one per fitted log); "
+                f"say whose offset applies (0..{off.shape[0] - 1})"
+            )
         if not 0 <= log_index < off.shape[0]:
             raise ValueError(f"log_index: expected 0..{off.shape[0] - 1}, got {log_index}")
         off = off[log_index]
@@ -67,7 +126,19 @@ def predict(params: dict, sign, log: RawLog, log_index: int = 0) -> np.ndarray:
             f"raw: the log has {np.shape(log.raw)[1:]} taxels, the parameters {off.shape}"
         )
     p = {**{k: jnp.asarray(v) for k, v in params.items()}, "offset": off}
-    return np.asarray(raw_to_force(p, jnp.asarray(log.raw, float), log.dt, jnp.asarray(sign)))
+    dt = log.dt
+    if model.dt is None and log.dt is not None:
+        raise ValueError(
+            f"dt: the parameters were fitted in samples (hysteresis_tau in samples at an unknown "
+            f"rate), the log is timed (dt = {log.dt:g} s); refit on timed logs, or apply them "
+            "to logs without time"
+        )
+    if model.dt is not None:
+        dt = model.dt if log.dt is None else log.dt
+        if "delay" in p:
+            p["delay"] = p["delay"] * (model.dt / dt)  # samples at the fit's rate -> the log's
+    p.update({k: jnp.asarray(v) for k, v in model.scale.items()})
+    return np.asarray(raw_to_force(p, jnp.asarray(log.raw, float), dt, jnp.asarray(sign)))
 
 
 def _as_logs(logs) -> list[RawLog]:
@@ -76,12 +147,22 @@ def _as_logs(logs) -> list[RawLog]:
     if not isinstance(logs, Sequence) or not logs or not all(isinstance(g, RawLog) for g in logs):
         raise TypeError("logs: expected a RawLog or a non-empty sequence of RawLog")
     N = logs[0].raw.shape[1]
+    first = _name(logs[0], 0)
     for i, g in enumerate(logs):
         if g.raw.shape[1] != N:
-            raise ValueError(f"logs[{i}]: {g.raw.shape[1]} taxels, logs[0] has {N}")
+            raise ValueError(f"{_name(g, i)}: {g.raw.shape[1]} taxels, {first} has {N}")
         if (g.dt is None) != (logs[0].dt is None):
-            raise ValueError(f"logs[{i}]: mixes sample units (dt None) with seconds")
+            timed = first if logs[0].dt is not None else _name(g, i)
+            raise ValueError(
+                f"{_name(g, i)}: has no time information and {timed} has (or the other way "
+                "round): give every log a time column or '# dt', or pass --dt"
+            )
     return list(logs)
+
+
+def _name(log: RawLog, i: int) -> str:
+    """How messages name a log: its file, else its place in the list."""
+    return log.name if getattr(log, "name", None) else f"logs[{i}]"
 
 
 def _check_weights(weights, logs):
@@ -178,6 +259,15 @@ def fit_raw_model(
     ws = _check_weights(weights, logs)
     N, L = logs[0].raw.shape[1], len(logs)
     n_tr = [max(2, int(round(g.raw.shape[0] * train_fraction))) for g in logs]
+    n_par = 6 + int(delay)  # per taxel: offset, curve (2), hysteresis (2), delay; one spare
+    few = [i for i, n in enumerate(n_tr) if n < 2 * n_par]
+    if few:
+        i = few[0]
+        raise ValueError(
+            f"{_name(logs[i], i)}: {n_tr[i]} training samples ({logs[i].raw.shape[0]} in the "
+            f"log, train_fraction {train_fraction:g}) for {n_par - 1} parameters per taxel: "
+            f"a fit needs at least {2 * n_par}; record a longer log (or raise train_fraction)"
+        )
     raw_all = np.concatenate([g.raw for g in logs])
     force_all = np.concatenate([g.force for g in logs])
 
@@ -241,11 +331,18 @@ def fit_raw_model(
             np.where(sgn > 0, np.nanpercentile(r, 5, axis=0), np.nanpercentile(r, 95, axis=0))
         )
     c0 = np.stack(inits)
-    span = np.maximum(np.nanmax(np.abs(np.where(keep, raw_tr, np.nan) - c0[0]), 0), 1.0)
-    fmax = np.maximum(np.nanmax(np.abs(np.where(keep, force_tr, np.nan)), 0), 1e-6)
+    # the raw values' own scale: the span past the offset (counts, volts: the fit is the same)
+    past = np.abs(np.where(keep, raw_tr, np.nan) - c0[0])
+    ref = np.nanpercentile(past, 95, axis=0)
+    ref = np.where(ref > 0, ref, np.nanmax(past, 0))
+    soft = SOFT_FRACTION * ref
+    scale = {"ref_counts": ref, "softness": soft}
+    scale_j = {k: jnp.asarray(v) for k, v in scale.items()}
+    fmax = np.nanmax(np.abs(np.where(keep, force_tr, np.nan)), 0)
+    fmax = np.where(fmax > 0, fmax, 1.0)
     init = {
-        "offset": jnp.asarray(c0) / 1000.0,
-        "force_at_ref": jnp.asarray(fmax * REF_COUNTS / span),
+        "offset": jnp.asarray(c0 / ref[None]),
+        "force_at_ref": jnp.asarray(fmax),
         "exponent": jnp.ones(N),
         "hysteresis_strength": jnp.full(N, 0.05),
         "hysteresis_tau_excess": jnp.full(N, 9.0 * dt_unit),
@@ -271,14 +368,14 @@ def fit_raw_model(
 
     def public(p):
         out = {k: v for k, v in p.items() if k != "hysteresis_tau_excess"}
-        out["offset"] = p["offset"] * 1000.0
+        out["offset"] = p["offset"] * ref[None]
         out["hysteresis_tau"] = dt_unit + p["hysteresis_tau_excess"]
         return out
 
     def residuals(q, censored=True):
         res = []
         for li, (raw, force, _, h, lw, dt) in enumerate(data):
-            y = raw_to_force({**q, "offset": q["offset"][li]}, raw, dt, sgn_j)
+            y = raw_to_force({**q, **scale_j, "offset": q["offset"][li]}, raw, dt, sgn_j)
             r = y - force
             if censored and censor == "censor":
                 r = jnp.where(h, jnp.maximum(r, 0.0), jnp.where(lw, jnp.minimum(r, 0.0), r))
@@ -323,11 +420,12 @@ def fit_raw_model(
     std_gn, _ = gauss_newton_std(lambda q: weighted(q).reshape(-1), params)
     rs = np.concatenate([np.asarray(x) for x in residuals(params, censored=False)])
     res_std = np.array([rs[keep[:, i], i].std() if keep[:, i].any() else np.nan for i in range(N)])
+    model = RawParams(params, sgn, logs[0].dt, sat, scale)
     held = None
     if any(n < g.raw.shape[0] for n, g in zip(n_tr, logs)):
         sq, cnt = np.zeros(N), np.zeros(N)
         for li, (g, n, f) in enumerate(zip(logs, n_tr, free)):
-            pred = predict(params, sgn, g, li)
+            pred = predict(model, g, li)
             m = f[n:]
             sq += np.sum(np.where(m, (pred[n:] - g.force[n:]) ** 2, 0.0), 0)
             cnt += m.sum(0)
@@ -336,12 +434,15 @@ def fit_raw_model(
         params["offset"] = params["offset"][0]
         std["offset"] = std["offset"][0]
         std_gn["offset"] = std_gn["offset"][0]
-    n_cens = sum((a | b).sum(0) for a, b in masks)
     to_np = lambda d: {k: np.asarray(v) for k, v in d.items()}  # noqa: E731
+    params, std, std_gn = to_np(params), to_np(std), to_np(std_gn)
+    undetermined, warnings = _undetermined(params, std, std_gn)
+    warnings += dead_band_warnings(raw_all, force_all, sgn, sat)
+    n_cens = sum((a | b).sum(0) for a, b in masks)
     return RawFit(
-        to_np(params),
-        to_np(std),
-        to_np(std_gn),
+        params,
+        std,
+        std_gn,
         sgn,
         sat,
         res_std,
@@ -350,49 +451,136 @@ def fit_raw_model(
         int(settle),
         logs[0].dt,
         r,
+        scale,
+        tuple(undetermined),
+        tuple(warnings),
     )
+
+
+def _undetermined(params: dict, *stds: dict) -> tuple[list, list]:
+    """Parameters the data does not determine (their stds set to inf in place), and warnings.
+
+    A flat direction already reads inf (:func:`~difftaxel.calibrate.scaled_inverse`). A
+    positive parameter whose std exceeds ``1 / sqrt(eps)`` times its value is known to no
+    digit (a time constant that ran away on a log without hysteresis: ``tau -> inf`` is a flat
+    limit): inf as well. One known only to within its own size gets a warning.
+    """
+    big = 1.0 / np.sqrt(np.finfo(np.float64).eps)
+    names, warnings = [], []
+    for k in params:
+        v = np.abs(np.asarray(params[k], float))
+        s = np.asarray(stds[0][k], float)
+        runaway = (k in _POSITIVE) & (s > big * v)
+        for std in stds:
+            std[k] = np.where(runaway, np.inf, std[k])
+        s = np.asarray(stds[0][k], float)
+        for idx in zip(*np.nonzero(~np.isfinite(s))):
+            names.append(f"{k}[{', '.join(str(int(i)) for i in idx)}]")
+        loose = np.isfinite(s) & (s > v) & (k in _POSITIVE)
+        for idx in zip(*np.nonzero(loose)):
+            i = ", ".join(str(int(j)) for j in idx)
+            warnings.append(
+                f"{k}[{i}] = {float(v[idx]):.4g} +- {float(s[idx]):.3g}: known only to its order "
+                "of magnitude (the log hardly excites it)"
+            )
+    if names:
+        warnings.insert(
+            0,
+            f"not determined by the data (infinite std): {', '.join(names)}; their values are "
+            "arbitrary, do not carry them over",
+        )
+    return names, warnings
+
+
+def dead_band_warnings(raw, force, sign, saturation: Saturation, min_fraction: float = 0.01):
+    """Warnings for a clipped floor at the rest end (a dead band): many samples on one raw
+    value at the no-force end of a taxel's range while the reference force moves there.
+
+    ``raw``, ``force`` ``[T, N]``; ``sign [N]``. The rest end is the lowest raw value when
+    counts rise with force (the highest otherwise); it is a dead band when at least
+    ``min_fraction`` of the samples (and 3) sit on it, it is not already a saturation limit,
+    and the force there varies by more than three times the reference's own noise (from its
+    sample-to-sample differences). Such samples say only "the force is at most this", and fitted
+    as exact they bias the exponent: censor them with a saturation limit at that value.
+    """
+    raw, force = np.asarray(raw, float), np.asarray(force, float)
+    T, N = raw.shape
+    need = max(3, int(np.ceil(min_fraction * T)))
+    out = []
+    for i in range(N):  # host-side, once per fit
+        rising = sign[i] > 0
+        level = raw[:, i].min() if rising else raw[:, i].max()
+        limit = saturation.lo[i] if rising else saturation.hi[i]
+        on = raw[:, i] == level
+        if on.sum() < need or (np.isfinite(limit) and limit == level):
+            continue
+        noise = np.median(np.abs(np.diff(force[:, i]))) / (0.6745 * np.sqrt(2.0))
+        spread = force[on, i].std()
+        if spread > 3.0 * max(noise, 1e-300):
+            flag = f"{level:g}," if rising else f",{level:g}"
+            out.append(
+                f"taxel {i}: {int(on.sum())} samples sit at {level:g} (raw units), the rest end, "
+                f"while the reference force there moves (std {spread:.3g} N, noise {noise:.2g} N): "
+                f"a dead band or clipped floor; censor it with --saturation {flag} "
+                f"(saturation=({level:g}, None)) or the curve's exponent is biased"
+                if rising
+                else f"taxel {i}: {int(on.sum())} samples sit at {level:g} (raw units), the rest "
+                f"end, while the reference force there moves (std {spread:.3g} N, noise "
+                f"{noise:.2g} N): a dead band or clipped floor; censor it with --saturation "
+                f"{flag} (saturation=(None, {level:g})) or the curve's exponent is biased"
+            )
+    return out
 
 
 # ----------------------------------------------------------------------------- files
 
 
 def save_raw_params(path, f: RawFit) -> None:
-    """Write a fit's parameters (JSON, atomically: an existing file is replaced whole or kept)."""
+    """Write a fit's parameters (JSON, atomically: an existing file is replaced whole or kept),
+    with what :func:`predict` needs to apply them to another log: the fitted logs' sample
+    period ``dt`` (time units), the raw scale, and one offset per fitted log."""
     from .._files import atomic_write
 
     doc = {
         "format": "difftaxel.rawmodel",
         "version": 1,
         "units": {
-            "offset": "counts",
+            "offset": "raw units (counts or volts)",
             "force_at_ref": "N",
             "hysteresis_tau": "samples" if f.dt is None else "s",
-            "delay": "samples",
+            "delay": "samples (at dt)",
+            "ref_counts": "raw units",
+            "softness": "raw units",
         },
         "dt": f.dt,
-        "softness": SOFTNESS,
-        "ref_counts": REF_COUNTS,
+        "softness": np.asarray(f.scale["softness"]).tolist(),
+        "ref_counts": np.asarray(f.scale["ref_counts"]).tolist(),
         "sign": np.asarray(f.sign).tolist(),
         "saturation": {
             "lo": [None if np.isnan(v) else float(v) for v in f.saturation.lo],
             "hi": [None if np.isnan(v) else float(v) for v in f.saturation.hi],
         },
         "params": {k: np.asarray(v).tolist() for k, v in f.params.items()},
-        "std": {k: np.asarray(v).tolist() for k, v in f.std.items()},
+        "std": {
+            k: [x if np.isfinite(x) else None for x in np.asarray(v, float).ravel().tolist()]
+            for k, v in f.std.items()
+        },
+        "undetermined": list(f.undetermined),
     }
-    text = json.dumps(doc, indent=1)
+    text = json.dumps(doc, indent=1, allow_nan=False)
     atomic_write(path, lambda fh: fh.write(text), "w")
 
 
-def load_raw_params(path):
-    """Read :func:`save_raw_params`'s file: ``(params dict of arrays, sign [N], dt,
-    Saturation)``."""
+def load_raw_params(path) -> RawParams:
+    """Read :func:`save_raw_params`'s file as :class:`RawParams`. Errors name the file."""
     p = os.fspath(path)
     try:
         with open(p, encoding="utf-8") as fh:
             doc = json.load(fh)
     except FileNotFoundError:
         raise ValueError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise ValueError(f"{p}: is a folder, expected a parameter file") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{p}: not a raw-model parameter file ({e})") from None
     if not isinstance(doc, dict) or doc.get("format") != "difftaxel.rawmodel":
@@ -406,6 +594,13 @@ def load_raw_params(path):
                 for k in ("lo", "hi")
             )
         )
+        N = sign.shape[0]
+        scale = {
+            k: np.broadcast_to(np.asarray(doc.get(k, d), float), (N,)).copy()
+            for k, d in (("ref_counts", REF_COUNTS), ("softness", SOFTNESS))
+        }
+        dt = doc.get("dt")
+        dt = None if dt is None else float(dt)
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"{p}: malformed parameter file ({e})") from None
     missing = {"offset", "force_at_ref", "exponent", "hysteresis_strength", "hysteresis_tau"} - set(
@@ -413,4 +608,9 @@ def load_raw_params(path):
     )
     if missing:
         raise ValueError(f"{p}: parameters lack {sorted(missing)}")
-    return params, sign, doc.get("dt"), sat
+    if dt is not None and not (np.isfinite(dt) and dt > 0):
+        raise ValueError(f"{p}: dt: expected the fitted logs' sample period (s) > 0, got {dt}")
+    bad = [k for k, v in params.items() if not np.all(np.isfinite(v))]
+    if bad or not np.all(np.isfinite(sign)) or not all(np.all(v > 0) for v in scale.values()):
+        raise ValueError(f"{p}: non-finite or non-positive values in {bad or 'sign / scale'}")
+    return RawParams(params, sign, dt, sat, scale)

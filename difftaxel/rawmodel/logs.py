@@ -16,11 +16,13 @@ __all__ = ["RawLog", "Saturation", "load_raw_log", "detect_sign", "detect_satura
 
 
 class RawLog(NamedTuple):
-    """``raw [T, N]`` counts, ``force [T, N]`` N (reference), ``dt`` s (None: sample units)."""
+    """``raw [T, N]`` raw values (counts, volts), ``force [T, N]`` N (reference), ``dt`` s
+    (None: sample units), ``name`` (the file it came from, for messages)."""
 
     raw: np.ndarray
     force: np.ndarray
     dt: float | None = None
+    name: str | None = None
 
 
 class Saturation(NamedTuple):
@@ -38,7 +40,9 @@ class Saturation(NamedTuple):
         return at_lo, at_hi
 
 
-_DT_HEADER = re.compile(r"^#\s*dt\s*[=:]\s*([-+0-9.eE]+)\s*(s)?\s*$")
+_DT_LINE = re.compile(r"^#\s*dt\s*[=:]", re.IGNORECASE)
+_DT_HEADER = re.compile(r"^#\s*dt\s*[=:]\s*([-+0-9.eE]+)\s*(s|ms|us)?\s*$", re.IGNORECASE)
+_DT_UNITS = {None: 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
 def _dt_from_time(p, time) -> float:
@@ -72,7 +76,9 @@ def load_raw_log(path, dt: float | None = None) -> RawLog:
                     file_dt = float(z["dt"])
                 elif "time" in z.files:
                     file_dt = _dt_from_time(p, z["time"])
-        except (OSError, EOFError, zipfile.BadZipFile, TypeError) as e:
+        except (OSError, EOFError, zipfile.BadZipFile, TypeError, ValueError) as e:
+            if str(e).startswith(p):
+                raise
             raise ValueError(f"{p}: not a readable NPZ log ({e})") from None
     else:
         rows, width = [], None
@@ -83,9 +89,18 @@ def load_raw_log(path, dt: float | None = None) -> RawLog:
                     if not s:
                         continue
                     if s.startswith("#"):
-                        m = _DT_HEADER.match(s)
-                        if m:
-                            file_dt = float(m.group(1))
+                        if _DT_LINE.match(s):  # a time header is read, or refused: never skipped
+                            m = _DT_HEADER.match(s)
+                            try:
+                                v = float(m.group(1)) if m else np.nan
+                            except ValueError:
+                                v = np.nan
+                            if not (np.isfinite(v) and v > 0):
+                                raise ValueError(
+                                    f"{p}: line {n}: expected '# dt = PERIOD' with PERIOD > 0 in "
+                                    f"s (or ms, us), got {s[:60]!r}"
+                                )
+                            file_dt = v * _DT_UNITS[m.group(2) and m.group(2).lower()]
                         continue
                     parts = s.replace(",", " ").split()
                     try:
@@ -106,8 +121,7 @@ def load_raw_log(path, dt: float | None = None) -> RawLog:
             raise ValueError(f"{p}: not a text log (use .npz for an NPZ log)") from None
         arr = np.asarray(rows, float).reshape(-1, width or 2)
         if width == 3:
-            if np.all(np.isfinite(arr[:, 0])):
-                file_dt = _dt_from_time(p, arr[:, 0])
+            file_dt = _dt_from_time(p, arr[:, 0])  # NaN or disordered times are refused
             arr = arr[:, 1:]
         raw, force = arr[:, :1], arr[:, 1:]
     if raw.ndim == 1:
@@ -121,7 +135,7 @@ def load_raw_log(path, dt: float | None = None) -> RawLog:
     dt = file_dt if dt is None else dt
     if dt is not None and (not dt > 0 or not np.isfinite(dt)):
         raise ValueError(f"{p}: dt: expected the sample period (s) > 0, got {dt}")
-    return RawLog(raw, force, None if dt is None else float(dt))
+    return RawLog(raw, force, None if dt is None else float(dt), p)
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
