@@ -500,7 +500,7 @@ def dead_band_warnings(raw, force, sign, saturation: Saturation, min_fraction: f
     counts rise with force (the highest otherwise); it is a dead band when at least
     ``min_fraction`` of the samples (and 3) sit on it, it is not already a saturation limit,
     and the force there varies by more than three times the reference's own noise (from its
-    sample-to-sample differences). Such samples say only "the force is at most this", and fitted
+    second differences). Such samples say only "the force is at most this", and fitted
     as exact they bias the exponent: censor them with a saturation limit at that value.
     """
     raw, force = np.asarray(raw, float), np.asarray(force, float)
@@ -514,7 +514,8 @@ def dead_band_warnings(raw, force, sign, saturation: Saturation, min_fraction: f
         on = raw[:, i] == level
         if on.sum() < need or (np.isfinite(limit) and limit == level):
             continue
-        noise = np.median(np.abs(np.diff(force[:, i]))) / (0.6745 * np.sqrt(2.0))
+        # the reference's noise from second differences (a smooth force cancels in them)
+        noise = np.median(np.abs(np.diff(force[:, i], 2))) / (0.6745 * np.sqrt(6.0))
         spread = force[on, i].std()
         if spread > 3.0 * max(noise, 1e-300):
             flag = f"{level:g}," if rising else f",{level:g}"

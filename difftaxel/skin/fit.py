@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..calibrate import FitResult, fit
+from ..calibrate import FitResult, fit, scaled_inverse
 from ..sensors import KinematicTaxel
 from .layout import LinkLayout, channel_mask
 
@@ -136,8 +136,12 @@ def calibrate_layout(
         within the first (m) and its normal's (and tangent's) std within the second (deg);
         others keep their initial values and are reported.
 
-    Returns a :class:`LayoutFit`. Errors name the argument (shapes, non-finite readings, a
-    channel mask that selects nothing, all-zero readings).
+    Returns a :class:`LayoutFit`. A taxel is identified only with at least as many non-zero
+    readings as it has parameters and a Jacobian of full rank at its dtype's resolution
+    (:func:`~difftaxel.calibrate.scaled_inverse`); others keep their initial values with
+    infinite standard deviations. Errors name the argument (shapes, non-finite readings, a
+    channel mask that selects nothing, all-zero readings, normal readings of the opposite sign
+    to the model's: compression is negative z in taxel axes).
     """
     N = layout.n_taxels
     mask = channel_mask(channels, N)
@@ -160,6 +164,14 @@ def calibrate_layout(
     train = ~hold
     if train.sum() < 1:
         raise ValueError("holdout: leaves no training frame")
+    normal = meas[train][..., 2][:, mask[:, 2]]
+    pos, neg = float(np.sum(np.clip(normal, 0, None))), float(np.sum(np.clip(-normal, 0, None)))
+    if pos > 9.0 * neg:
+        raise ValueError(
+            "measured: the normal readings are positive (compression read as +, as most skins "
+            "report pressure); the model reads compression as negative z in taxel axes (+z "
+            "outward): pass -measured"
+        )
     scale = float(np.abs(meas[train][:, mask]).max())
     if not scale > 0:
         raise ValueError("measured: every selected training reading is zero; nothing to fit")
@@ -258,13 +270,12 @@ def calibrate_layout(
     noise = float(np.sqrt(np.sum(np.asarray(r, np.float64) ** 2) / dof))
     A = np.asarray(jnp.einsum("nrp,nrq->npq", J, J), np.float64)
     excited = np.any((np.abs(meas[train]) > 0) & mask[None], axis=(0, 2))
-    var = np.full((N, P), np.inf)
-    ok = excited & np.all(np.isfinite(A), axis=(1, 2))
-    if ok.any():
-        eig = np.linalg.eigvalsh(A[ok])
-        good = eig[:, 0] > 1e-10 * np.maximum(eig[:, -1], 1e-300)
-        idx = np.flatnonzero(ok)[good]
-        var[idx] = noise**2 * np.diagonal(np.linalg.inv(A[idx]), axis1=1, axis2=2)
+    # a taxel with fewer non-zero readings than parameters is never identified, whatever the
+    # rounding of its Jacobian says; the rank test itself follows the Jacobian's dtype
+    n_read = np.sum((np.abs(meas[train]) > 0) & mask[None], axis=(0, 2))
+    Hinv, undetermined = scaled_inverse(A, dtype=J.dtype)
+    var = noise**2 * np.diagonal(Hinv, axis1=1, axis2=2)
+    var = np.where(undetermined | ~(excited & (n_read >= P))[:, None], np.inf, var)
     var = np.clip(var, 0.0, None)
     std_pos = length_scale * np.sqrt(var[:, :3])
     std_n = np.degrees(np.sqrt(var[:, 3:5].max(1)))
