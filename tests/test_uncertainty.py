@@ -11,7 +11,6 @@ import pytest
 
 from difftaxel.calibrate import gauss_newton_std, sandwich_std, scaled_inverse
 from difftaxel.rawmodel import (
-    RawLog,
     dead_band_warnings,
     fit_raw_model,
     load_raw_params,
