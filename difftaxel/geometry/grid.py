@@ -218,11 +218,11 @@ class GridSDF(Shape):
 
     def aabb_local(self):
         """``(lo [3], hi [3])`` (m, shape frame): ``bounds`` if recorded, else the grid's
-        extent."""
+        extent; traceable."""
         if self.bounds is not None:
-            return np.asarray(self.bounds[0]), np.asarray(self.bounds[1])
-        n = np.asarray(self.values.shape) - 1
-        sc, off = np.asarray(self.scale), np.asarray(self.offset)
+            return jnp.asarray(self.bounds[0]), jnp.asarray(self.bounds[1])
+        n = jnp.asarray(self.values.shape) - 1  # static; scale and offset may be traced
+        sc, off = jnp.asarray(self.scale), jnp.asarray(self.offset)
         return (0 - off) / sc, (n - off) / sc
 
     def _interp(self, field: Array, s: Array) -> Array:

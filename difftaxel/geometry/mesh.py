@@ -166,8 +166,9 @@ class TriangleMesh(Shape):
         return cls.from_arrays(np.asarray(mesh.vertices), np.asarray(mesh.faces), **kw)
 
     def aabb_local(self):
-        tri = np.asarray(self.triangles)[: self.n_faces]
-        return tri.reshape(-1, 3).min(0), tri.reshape(-1, 3).max(0)
+        """``(lo [3], hi [3])`` (m, shape frame) of the real faces (not the padding); traceable."""
+        tri = jnp.asarray(self.triangles)[: self.n_faces].reshape(-1, 3)
+        return tri.min(0), tri.max(0)
 
     # -------------------------------------------------------------------------- evaluation
 

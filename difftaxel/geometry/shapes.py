@@ -183,7 +183,7 @@ class Plane(Shape):
         return sd, tuple(jnp.broadcast_to(n[i], sd.shape) for i in range(3))
 
     def aabb_local(self):
-        return -np.full(3, np.inf), np.full(3, np.inf)
+        return -jnp.full(3, jnp.inf), jnp.full(3, jnp.inf)
 
 
 @pytree_dataclass

@@ -7,6 +7,7 @@ Formulas, defaults and quirks follow Genesis World 1.4.5's ``ElastomerTaxel`` (D
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import jax
@@ -297,19 +298,20 @@ class ElastomerTaxel(PointCloudSensor):
         T = inputs.T_world_link
         dtype = T.dtype
         p = _pose.matrix_apply(_pose.quat_to_matrix(T[3:]), T[:3], x)  # [N, 3] world
+        pick = np.array(list(itertools.product((0, 1), repeat=3)))  # [8, 3]: lo or hi per axis
         rows = []
         for s in inputs.bodies.shapes:
-            lo, hi = (np.asarray(v, float) for v in s.aabb_local())
-            if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
-                rows.append(jnp.ones(x.shape[:1], bool))
-                continue
-            c = np.stack(np.meshgrid(*zip(lo, hi), indexing="ij"), -1).reshape(8, 3)
+            lo, hi = (jnp.asarray(v, dtype) for v in s.aabb_local())  # traced sizes allowed
+            bounded = jnp.all(jnp.isfinite(lo)) & jnp.all(jnp.isfinite(hi))  # a plane is not
+            lo, hi = jnp.where(bounded, lo, 0.0), jnp.where(bounded, hi, 0.0)
+            c = jnp.where(pick == 1, hi[None], lo[None])  # the box's 8 corners
             Tw = _pose.compose(
                 inputs.body_poses_start[s.body].astype(dtype), s.T_body_shape.astype(dtype)
             )
-            cw = _pose.matrix_apply(_pose.quat_to_matrix(Tw[3:]), Tw[:3], jnp.asarray(c, dtype))
+            cw = _pose.matrix_apply(_pose.quat_to_matrix(Tw[3:]), Tw[:3], c)
             lo_w, hi_w = jnp.min(cw, 0), jnp.max(cw, 0)
-            rows.append(jnp.all((p >= lo_w[None]) & (p <= hi_w[None]), -1))
+            inside = jnp.all((p >= lo_w[None]) & (p <= hi_w[None]), -1)
+            rows.append(inside | ~bounded)
         return jnp.stack(rows)
 
     def _direct(self, H: Array) -> Array:
