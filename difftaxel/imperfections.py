@@ -74,11 +74,9 @@ class ChainState:
       walk: ``[C, N]`` random-walk offset (None without random walk).
       dead: ``[N]`` bool, drawn at reset (None without dead taxels).
       dead_value: ``[N]`` value a dead probe reads (None without dead taxels).
-      ring: tuple of ``D`` arrays ``[C, N]``, the past post-processed measured readings (index 0
-        newest); ``()`` when no delay or history is configured. A tuple, not one ``[D, C, N]``
-        array, so a push renames buffers instead of shifting the whole ring (a shifted array
-        let XLA fuse the sensor kernel into the shift, which its CPU backend runs
-        unvectorised).
+      ring: the past post-processed measured readings (:func:`ring_read`: slot 0 newest); ``()``
+        when no delay or history is configured. Up to ``TUPLE_RING_MAX`` deep, a tuple of ``D``
+        arrays ``[C, N]``; deeper, ``(buffer [D, C, N], head [])`` (see :func:`ring_push`).
     """
 
     hyst_xi: Array
@@ -371,7 +369,7 @@ class Imperfections(Options):
             dead = jax.random.uniform(k1, (n_probes,), dtype) < p
             lo, hi = (self.dead_taxel_value_range[i].astype(dtype) for i in range(2))
             val = jax.random.uniform(k2, (n_probes,), dtype) * (hi - lo) + lo
-        ring = tuple(jnp.zeros(shape, dtype) for _ in range(self.ring_depth))
+        ring = ring_init(self.ring_depth, shape, dtype)
         return ChainState(
             hyst_xi=hyst, hyst_prev=hyst, walk=walk, dead=dead, dead_value=val, ring=ring
         )
@@ -482,16 +480,16 @@ class Imperfections(Options):
         if self.ring_depth == 0:
             return state, value
         old = state.ring
-        if len(old) != self.ring_depth:
+        if ring_depth(old) != self.ring_depth:
             raise ValueError(
                 f"state.ring: Imperfections.apply_delay needs {self.ring_depth} past readings, "
-                f"the state holds {len(old)} (it was made for other delay or history options); "
-                "call init_state again"
+                f"the state holds {ring_depth(old)} (it was made for other delay or history "
+                "options); call init_state again"
             )
-        ring = (value,) + tuple(old[:-1])
+        ring = ring_push(old, value)
         state = replace(state, ring=ring)
         if self.history_length > 0:
-            return state, jnp.stack(ring[: self.history_length])
+            return state, ring_newest(ring, self.history_length)
         base = self.delay_steps
         if base >= 1:
             # read the ring before the push (new ring[k] = old ring[k - 1]): the fresh value
@@ -505,8 +503,8 @@ class Imperfections(Options):
             k1, k2 = jax.random.split(jax.random.fold_in(key, 7))
             j = jax.random.uniform(k1, (), value.dtype) * self.jitter.astype(value.dtype) / self.dt
             u = jax.random.uniform(k2, (), value.dtype)
-            return state, jnp.where(j + u >= 1.0, src[base + 1], src[base])
-        return state, src[base]
+            return state, jnp.where(j + u >= 1.0, ring_read(src, base + 1), ring_read(src, base))
+        return state, ring_read(src, base)
 
     def run(self, state: ChainState, value: Array, dt, k_hw, k_d, *, gain=None, crosstalk=None):
         """The whole chain on ``value [C, N]``: crosstalk (``crosstalk`` = the arguments of
@@ -520,3 +518,55 @@ class Imperfections(Options):
             value = value * gain[None]
         state, value = self.apply_hardware(state, value, k_hw)
         return self.apply_delay(state, value, k_d)
+
+
+# ----------------------------------------------------------------------------- the ring
+
+#: Rings up to this depth are a tuple of ``[C, N]`` arrays: a push renames buffers instead of
+#: shifting the ring (a shifted array let XLA fuse the sensor kernel into the shift, which its
+#: CPU backend runs unvectorised). Deeper rings are one circular buffer ``[D, C, N]`` and a head
+#: index, so the program does not grow with the depth (a tuple of 10^4 arrays compiles for
+#: minutes).
+TUPLE_RING_MAX = 32
+
+
+def _is_buffer(ring) -> bool:
+    return len(ring) == 2 and getattr(ring[1], "ndim", None) == 0
+
+
+def ring_init(depth: int, shape: tuple, dtype) -> tuple:
+    """A zeroed ring of ``depth`` past readings of ``shape`` (``()`` for depth 0)."""
+    if depth <= TUPLE_RING_MAX:
+        return tuple(jnp.zeros(shape, dtype) for _ in range(depth))
+    return (jnp.zeros((depth,) + tuple(shape), dtype), jnp.zeros((), jnp.int32))
+
+
+def ring_depth(ring) -> int:
+    """How many past readings ``ring`` holds."""
+    return int(ring[0].shape[0]) if _is_buffer(ring) else len(ring)
+
+
+def ring_push(ring, value: Array) -> tuple:
+    """``ring`` with ``value`` as its newest reading (slot 0) and its oldest dropped."""
+    if not _is_buffer(ring):
+        return (value,) + tuple(ring[:-1])
+    buf, head = ring
+    head = (head - 1) % buf.shape[0]  # the newest slot moves back one: nothing shifts
+    return (jax.lax.dynamic_update_index_in_dim(buf, value.astype(buf.dtype), head, 0), head)
+
+
+def ring_read(ring, k: int) -> Array:
+    """Slot ``k`` (a static int; 0 newest) of ``ring``: ``[C, N]``."""
+    if not _is_buffer(ring):
+        return ring[k]
+    buf, head = ring
+    return jax.lax.dynamic_index_in_dim(buf, (head + k) % buf.shape[0], 0, keepdims=False)
+
+
+def ring_newest(ring, H: int) -> Array:
+    """The newest ``H`` readings of ``ring``, newest first: ``[H, C, N]``."""
+    if not _is_buffer(ring):
+        return jnp.stack(ring[:H])
+    buf, head = ring
+    slots = (head + jax.lax.iota(jnp.int32, H)) % buf.shape[0]
+    return jnp.take(buf, slots, axis=0)

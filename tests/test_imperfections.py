@@ -115,6 +115,38 @@ def test_history_newest_first_undelayed():
     np.testing.assert_allclose(m[0, :, 0], [plain[0], 0, 0], atol=1e-15)
 
 
+def test_deep_rings_are_one_buffer_with_the_same_readings():
+    """A delay or history deeper than TUPLE_RING_MAX: one circular buffer, the same reads as
+    the tuple ring (every read is x[k - steps], or one older with jitter), and a program whose
+    size does not grow with the depth."""
+    from difftaxel.imperfections import TUPLE_RING_MAX
+
+    zs = np.linspace(0.1, 0.05, 50)
+    plain = np.asarray(run(ContactDepthProbe(**PROBE), zs)[1].measured)[:, 0]
+    steps = TUPLE_RING_MAX + 4
+    imp = Imperfections(delay=steps * 0.01, jitter=0.01, dt=0.01)
+    assert imp.ring_depth > TUPLE_RING_MAX
+    m = np.asarray(
+        run(ContactDepthProbe(**PROBE, imperfections=imp), zs, jax.random.key(5))[1].measured
+    )[:, 0]
+    delayed = np.r_[np.zeros(steps), plain[: len(zs) - steps]]
+    older = np.r_[np.zeros(steps + 1), plain[: len(zs) - steps - 1]]
+    assert np.all(np.isclose(m, delayed, atol=1e-15) | np.isclose(m, older, atol=1e-15))
+    assert np.any(m > 0)
+    hist = Imperfections(history_length=40, dt=0.01)
+    h = np.asarray(run(ContactDepthProbe(**PROBE, imperfections=hist), zs[:45])[1].measured)
+    assert h.shape == (45, 40, 1)
+    np.testing.assert_allclose(h[-1, :, 0], plain[:45][::-1][:40], atol=1e-15)
+
+    def program(depth):
+        s = ContactDepthProbe(**PROBE, imperfections=Imperfections(history_length=depth))
+        st = s.init_state()
+        inp = box_at(0.1)
+        return len(jax.jit(s.step).lower(st, inp).as_text())
+
+    assert program(4096) < 1.2 * program(64)
+
+
 def test_quantisation_bias_noise_walk():
     imp = Imperfections(resolution=0.01, bias=0.0)
     st = imp.init(None, 4, 1)

@@ -317,25 +317,30 @@ class ElastomerTaxel(PointCloudSensor):
     def _direct(self, H: Array) -> Array:
         x = self.flat_positions(H.dtype)
         n = self.flat_normals(H.dtype)
-        d = x[:, None] - x[None]  # target i - source j
-        Delta = d - n[:, None] * dot(d, n[:, None], keepdims=True)
-        r2 = jnp.sum(Delta * Delta, -1)
-        g = jnp.exp(-self.lambda_d * r2)
         c, eps_r = self.compressibility, self.dilation_length(H.dtype)
-        Hj = H[None, :]
-        if c >= 1:
-            w = Hj * g
-        else:
-            inv = 1.0 / (r2 + eps_r**2)
-            if c <= 0:
-                w = Hj * inv
-            else:
-                Ng = math.exp(-0.5) / jnp.sqrt(2.0 * self.lambda_d)
-                Ni = 1.0 / (2.0 * eps_r)
-                w = Hj * (c * g / Ng + (1.0 - c) * inv / Ni)
         Hp = safe_pow(H, self.normal_exponent)
-        u = jnp.sum(w[..., None] * Delta, axis=1) + n * jnp.sum(Hp[None, :] * g, axis=1)[:, None]
-        return self.dilate_scale * u
+
+        def targets(xi, ni):
+            """Displacements ``[C, 3]`` of targets ``xi [C, 3]`` (normals ``ni``) from every
+            source marker."""
+            d = xi[:, None] - x[None]  # target i - source j
+            Delta = d - ni[:, None] * dot(d, ni[:, None], keepdims=True)
+            r2 = jnp.sum(Delta * Delta, -1)
+            g = jnp.exp(-self.lambda_d * r2)
+            Hj = H[None, :]
+            if c >= 1:
+                w = Hj * g
+            else:
+                inv = 1.0 / (r2 + eps_r**2)
+                if c <= 0:
+                    w = Hj * inv
+                else:
+                    Ng = math.exp(-0.5) / jnp.sqrt(2.0 * self.lambda_d)
+                    Ni = 1.0 / (2.0 * eps_r)
+                    w = Hj * (c * g / Ng + (1.0 - c) * inv / Ni)
+            return jnp.sum(w[..., None] * Delta, 1) + ni * jnp.sum(Hp[None, :] * g, 1)[:, None]
+
+        return self.dilate_scale * over_target_chunks(targets, x, n)
 
     def _fft_kernels(self, dtype, s_u, s_v):
         Ly, Lx = self.fft_shape
@@ -486,3 +491,22 @@ class ElastomerTaxel(PointCloudSensor):
         H = imp.history_length
         shp = ((H,) if H else ()) + self.layout + (3,)
         return state, Reading(channels_last(v, shp), pinned_reshape(u, self.layout + (3,)))
+
+
+#: target-source pairs one pass of the direct sum holds (``[C, N, 3]`` temporaries): 4M pairs
+#: is ~100 MB in float64; 10,000 markers at once would be 7 GB
+DIRECT_PAIRS = 1 << 22
+
+
+def over_target_chunks(targets, x: Array, n: Array) -> Array:
+    """``targets(x, n)`` ``[N, 3]`` computed ``C`` targets at a time (``C = DIRECT_PAIRS // N``,
+    at least 1) so that its pairwise temporaries stay bounded; one pass when they fit. Each
+    chunk is recomputed in the backward pass (``jax.checkpoint``) instead of stored."""
+    N = x.shape[0]
+    C = max(1, DIRECT_PAIRS // N)
+    if C >= N:
+        return targets(x, n)
+    pad = (-N) % C
+    xs, ns = (jnp.pad(a, ((0, pad), (0, 0))).reshape(-1, C, 3) for a in (x, n))
+    out = jax.lax.map(lambda a: jax.checkpoint(targets)(*a), (xs, ns))
+    return out.reshape(-1, 3)[:N]
