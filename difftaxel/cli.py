@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 
 __all__ = ["main"]
 
@@ -561,6 +562,13 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     """Run the command; returns the exit status. Errors in the user's files or values print one
     line ``difftaxel <command>: error: ...`` to stderr and return 2 (no traceback)."""
+    if argv is None and threading.current_thread() is threading.main_thread():
+        from ._files import stop_on_interrupt
+
+        # before JAX is imported: Ctrl-C at any moment stops the command (exit 130) and
+        # leaves no partial output (the package's own import is light; see difftaxel/__init__)
+        name = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("-") else ""
+        stop_on_interrupt(f"difftaxel {name}: interrupted".replace("  ", " "))
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:

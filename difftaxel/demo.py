@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import pose as _pose
-from ._files import atomic_write, check_output_dir
+from ._files import atomic_write, check_output_dir, publish, staging_dir
 from .calibrate import fit
 from .geometry import Bodies, Sphere
 from .glove import GloveScene, glove_forces, pose_errors
@@ -290,43 +290,59 @@ def run_demo(
         "seconds": elapsed,
     }
     result["not_converged"] = worse
-    atomic_write(
-        os.path.join(out_dir, "results.json"), lambda fh: json.dump(result, fh, indent=1), "w"
-    )
-    _write_session(
-        os.path.join(out_dir, "session.npz"),
-        lbs.replace(taxel_bind_poses=jnp.asarray(bind0, lbs.taxel_bind_poses.dtype)),
-        scene,
-        measured,
-        truth,
-        sensor,
-    )
-    fit_arrays = dict(
-        losses=np.asarray(losses),
-        bind_true=tb,
-        bind_initial=bind0,
-        bind_recovered=np.asarray(est["bind"]),
-    )
-    atomic_write(os.path.join(out_dir, "fit.npz"), lambda fh: np.savez(fh, **fit_arrays))
-    if plots:
-        written = _plots(
-            out_dir,
-            losses,
-            stage_ends,
-            np.asarray(measured),
-            np.asarray(_model(sensor, lbs, scene, params, 0.0)),
-            tb,
-            bind0,
-            np.asarray(est["bind"]),
-            np.asarray(lbs.segment_bind_poses)[:, :3],
+    # the outputs are written into a staging folder and moved into place together: an
+    # interrupted or failed run leaves the previous run's set whole
+    with staging_dir(out_dir) as stage:
+        atomic_write(
+            os.path.join(stage, "results.json"), lambda fh: json.dump(result, fh, indent=1), "w"
         )
+        _write_session(
+            os.path.join(stage, "session.npz"),
+            lbs.replace(taxel_bind_poses=jnp.asarray(bind0, lbs.taxel_bind_poses.dtype)),
+            scene,
+            measured,
+            truth,
+            sensor,
+        )
+        fit_arrays = dict(
+            losses=np.asarray(losses),
+            bind_true=tb,
+            bind_initial=bind0,
+            bind_recovered=np.asarray(est["bind"]),
+        )
+        atomic_write(os.path.join(stage, "fit.npz"), lambda fh: np.savez(fh, **fit_arrays))
+        plotted = False
+        if plots:
+            plotted = _plots(
+                stage,
+                losses,
+                stage_ends,
+                np.asarray(measured),
+                np.asarray(_model(sensor, lbs, scene, params, 0.0)),
+                tb,
+                bind0,
+                np.asarray(est["bind"]),
+                np.asarray(lbs.segment_bind_poses)[:, :3],
+            )
+        written = publish(stage, out_dir, OUTPUTS)
+    if plots:
         say(
             "wrote " + ", ".join(written)
-            if written
+            if plotted
             else "matplotlib not installed (pip install difftaxel[plot]): no plots written"
         )
     return result
 
+
+#: the files a run writes to its folder (a run replaces the whole set: none stays stale)
+OUTPUTS = (
+    "results.json",
+    "session.npz",
+    "fit.npz",
+    "loss.png",
+    "tactile_images.png",
+    "taxels_on_hand.png",
+)
 
 FINGERS = ("thumb", "index", "middle", "ring", "little")
 

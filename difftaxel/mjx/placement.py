@@ -10,6 +10,7 @@ import mujoco  # the package's __init__ checked the extra is installed
 import numpy as np
 from mujoco import mjx as _mjx
 
+from .._validate import check_pose
 from ..geometry import Plane
 from .scene import _GT, _body_id, _shape_of, scene_from_model
 
@@ -65,7 +66,25 @@ def _place(m, g, shape, face, uv):
     with jax.ensure_compile_time_eval():
         q, n = project_to_surface(shape, jnp.asarray(p), iterations=4)
     R = mujoco_quat_to_matrix(m.geom_quat[g])
-    return np.asarray(q) @ R.T + np.asarray(m.geom_pos[g]), np.asarray(n) @ R.T
+    return _distinct(m, g, np.asarray(q) @ R.T + np.asarray(m.geom_pos[g])), np.asarray(n) @ R.T
+
+
+#: taxels closer than this (m) after placement are one position
+_SAME_POINT = 1e-6
+
+
+def _distinct(m, g, x: np.ndarray) -> np.ndarray:
+    """``x [..., 3]`` if its points are distinct; otherwise an error: several taxels landed on
+    one point of the surface (a layout larger than the face, or a corner of a hull)."""
+    flat = x.reshape(-1, 3)
+    k = len(np.unique(np.round(flat / _SAME_POINT), axis=0))
+    if k < len(flat):
+        raise ValueError(
+            f"geom: {len(flat)} taxels land on only {k} distinct points of geom {g}'s surface "
+            f"({_GT(int(m.geom_type[g])).name}; the layout is larger than the face, or the "
+            "surface has corners there): scale the layout down or choose another face or geom"
+        )
+    return x
 
 
 def grid_on_geom(m, geom, nx: int, ny: int, face: str = "+z", extent: float = 0.7):
@@ -133,13 +152,18 @@ def layout_on_geom(m, geom, positions, normals, T_geom_layout=None, standoff: fl
     if not np.all(np.isfinite(p)) or not np.all(nn > 1e-12):
         raise ValueError("normals: every row must be a finite non-zero vector")
     T = np.array([0.0, 0, 0, 0, 0, 0, 1]) if T_geom_layout is None else np.asarray(T_geom_layout)
+    if T.shape != (7,):
+        raise ValueError(f"T_geom_layout: expected a pose [7] (x y z qx qy qz qw), got {T.shape}")
+    check_pose(T, "T_geom_layout")
+    if not (np.isfinite(standoff) and standoff >= 0):
+        raise ValueError(f"standoff: expected a finite distance >= 0 (m), got {standoff}")
     shape = _geom_shape(m, g)
     with jax.ensure_compile_time_eval():
         q = _pose.apply(jnp.asarray(T), jnp.asarray(p))
         d = _pose.rotate(jnp.asarray(T), jnp.asarray(n / nn))
         x, nrm = project_to_surface(shape, q + standoff * d, iterations=4)
     R = mujoco_quat_to_matrix(m.geom_quat[g])
-    return np.asarray(x) @ R.T + np.asarray(m.geom_pos[g]), np.asarray(nrm) @ R.T
+    return _distinct(m, g, np.asarray(x) @ R.T + np.asarray(m.geom_pos[g])), np.asarray(nrm) @ R.T
 
 
 def mujoco_quat_to_matrix(q_wxyz) -> np.ndarray:

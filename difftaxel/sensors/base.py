@@ -341,9 +341,10 @@ class ProbeSensor(Sensor):
             if v is None:
                 return None
             rr = tuple(float(x) for x in v)
-            if len(rr) != 2 or not (0 < rr[0] <= rr[1]):
+            if len(rr) != 2 or not (0 < rr[0] <= rr[1] < np.inf):
                 raise ValueError(
-                    f"{o}.probe_gain_resample_range: expected (lo, hi) with 0 < lo <= hi, got {v!r}"
+                    f"{o}.probe_gain_resample_range: expected finite (lo, hi) with 0 < lo <= hi, "
+                    f"got {v!r}"
                 )
             return rr
         if name == "imperfections":
@@ -355,6 +356,16 @@ class ProbeSensor(Sensor):
                 )
             if imp.has_crosstalk:
                 self._check_crosstalk_layout(o)
+            N, C = self.n_probes, self.N_CHANNELS
+            for k in ("random_walk", "noise", "bias", "resolution"):
+                shape = np.shape(getattr(imp, k))
+                try:
+                    np.broadcast_shapes(shape, (N, C))
+                except ValueError:
+                    raise ValueError(
+                        f"{o}.imperfections.{k}: expected a scalar, [{C}] (one per channel) or "
+                        f"[{N}, {C}] (per probe and channel), got shape {shape}"
+                    ) from None
             return imp
         if name == "stages":
             return None if v is None else ((v,) if isinstance(v, str) else tuple(v))

@@ -22,7 +22,8 @@ each environment's window picked by a row gather and its sums added by a scatter
 ``while_loop`` under ``vmap`` would instead select its whole carry (every window's
 accumulators) on every trip. Under a second ``vmap`` (environments of environments) the
 outer one batches this loop the ordinary way: the same values, less of the gain. Values
-only: derivatives come from the exhaustive pass (:mod:`difftaxel.sensors.pairs`).
+only: derivatives come from the exhaustive pass (:mod:`difftaxel.sensors.pairs`). It builds on
+:mod:`difftaxel.sensors.pair_blocks`, as the every-probe pass does.
 """
 
 from __future__ import annotations
@@ -35,8 +36,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._numerics import compute_once, runtime_one
+from ..crosstalk import grid_metadata
 from ..geometry.planes import affine_planes
-from .pairs import _block_sums, _blocks, _rigid_sparse, _unpack, _zeros, blocks_near, reach
+from .pair_blocks import (
+    _block_sums,
+    _blocks,
+    _rigid_sparse,
+    _unpack,
+    _zeros,
+    block_shape,
+    blocks_near,
+    reach,
+)
 
 Array = jax.Array
 
@@ -56,9 +67,6 @@ def choose_window(grid: np.ndarray, radius: float, points: np.ndarray, segments,
     ``s``; the window takes that many (and 5 % more reach), grown to fill a vector of
     :data:`LANES`. Only the speed depends on this choice: a step whose blocks reach beyond the
     window is computed by the every-probe pass."""
-    from ..crosstalk import grid_metadata  # noqa: PLC0415 (crosstalk imports sensors)
-    from .pairs import block_shape  # noqa: PLC0415
-
     g = np.asarray(grid, np.float64)
     if g.ndim != 3 or min(g.shape[:2]) < 2:
         return None

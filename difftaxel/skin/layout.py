@@ -10,10 +10,10 @@ import numpy as np
 
 from .. import pose as _pose
 from ..geometry import Bodies, Sphere
-from ..glove import GloveScene, glove_forces
 from ..layout import orthogonals
 from ..sensors import KinematicTaxel, SensorInputs
 from ..skinning import LBS
+from .hand import GloveScene, glove_forces
 
 Array = jax.Array
 
@@ -167,7 +167,7 @@ class LinkScene(NamedTuple):
 
 class SkinnedScene(NamedTuple):
     """A skinned hand as a rig for :func:`calibrate_layout`: ``lbs`` (its ``taxel_bind_poses``
-    are replaced by the layout) and a :class:`~difftaxel.glove.GloveScene`. Layouts on it are
+    are replaced by the layout) and a :class:`~difftaxel.skin.hand.GloveScene`. Layouts on it are
     bind poses in the wrist root frame (``LinkLayout.from_poses(lbs.taxel_bind_poses)``)."""
 
     lbs: LBS
@@ -191,7 +191,7 @@ class SkinnedScene(NamedTuple):
         )
 
     def readings(self, sensor, positions, normals, tangents_ref, gains=None) -> Array:
-        """:func:`~difftaxel.glove.glove_forces` with bind poses from the layout."""
+        """:func:`~difftaxel.skin.hand.glove_forces` with bind poses from the layout."""
         bind = jnp.concatenate([positions, _pose.matrix_to_quat(_axes(normals, tangents_ref))], -1)
         return glove_forces(sensor, self.lbs, self.scene, bind, gains)
 
@@ -255,8 +255,12 @@ def press_plan(
     an initial layout a few mm off (the contact patch, ~5 mm across at 2 mm, still reaches a
     taxel that far from its nominal site). The offset must stay below the radius.
     """
+    if not (np.isfinite(radius) and radius > 0):
+        raise ValueError(f"radius: expected a finite sphere radius > 0 (m), got {radius}")
     if not 0 < offset < radius:
         raise ValueError(f"offset: expected 0 < offset < radius ({radius}), got {offset}")
+    if not (np.isfinite(dt) and dt > 0):
+        raise ValueError(f"dt: expected a frame period > 0 (s), got {dt}")
     d = np.asarray(depths, float).reshape(-1)
     if d.size < 1 or np.any(d <= 0) or np.any(d >= radius):
         raise ValueError(f"depths: expected values in (0, radius), got {d}")
