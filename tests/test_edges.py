@@ -321,3 +321,25 @@ def test_contact_latch_tie_rule_is_strict_in_step_and_rollout():
     stacked = jax.tree.map(lambda *x: jnp.stack(x), *seq)
     _, rr = rollout(probe, probe.init_state(), stacked)
     assert np.asarray(rr.ground_truth)[:, 0].tolist() == flags
+
+
+def test_options_that_would_fail_at_step_time_are_refused_at_construction():
+    """Per-channel imperfection options of the wrong length name the option when the sensor
+    is built (not a broadcasting error in the first step); a gain range reaching inf and a
+    press plan with no frame period are refused."""
+    from difftaxel.skin import LinkLayout, press_plan
+
+    grid = np.zeros((4, 3))
+    with pytest.raises(ValueError, match=r"KinematicTaxel\.imperfections\.noise: expected .*\[6\]"):
+        KinematicTaxel(probe_local_pos=grid, imperfections=dt.Imperfections(noise=[0.1, 0.2]))
+    k = KinematicTaxel(probe_local_pos=grid, imperfections=dt.Imperfections(noise=[0.1] * 6))
+    with pytest.raises(ValueError, match=r"imperfections\.bias: .*got shape \(3, 6\)"):
+        k.replace(imperfections=dt.Imperfections(bias=np.zeros((3, 6))))
+    ok = k.replace(imperfections=dt.Imperfections(resolution=np.full((4, 6), 1e-3)))
+    assert ok.imperfections.resolution.shape == (4, 6)
+    with pytest.raises(ValueError, match=r"probe_gain_resample_range: expected finite"):
+        KinematicTaxel(probe_local_pos=grid, probe_gain_resample_range=(0.5, np.inf))
+    lay = LinkLayout.make(grid + np.arange(4)[:, None] * 1e-3, np.tile([0, 0, 1.0], (4, 1)))
+    for bad in (0.0, -0.01, np.nan):
+        with pytest.raises(ValueError, match=r"dt: expected a frame period > 0"):
+            press_plan(lay, dt=bad)

@@ -350,3 +350,28 @@ def test_mjx_measured_fingertip_layout_on_a_geom(pad_ball, shared_dir):
     sd, _ = hull.sdf_local(P.inverse_apply(hull.T_body_shape, jnp.asarray(pos)))
     assert float(jnp.abs(sd).max()) < 1e-9
     assert len({tuple(np.round(x, 6)) for x in pos}) >= 10  # the taxels stay apart
+
+
+def test_mjx_placements_refuse_bad_poses_and_collapsed_layouts(pad_ball):
+    """A pattern larger than the face lands several taxels on one point (5 x 5 onto the
+    pad's 3 x 3 clamp positions): an error, not 25 taxels on 9 positions; a layout pose or
+    standoff that is not one is named."""
+    from difftaxel.mjx import layout_on_geom, pattern_on_geom
+    from difftaxel.patterns import grid_pattern
+
+    m = pad_ball[0]
+    with pytest.raises(ValueError, match=r"25 taxels land on only 9 distinct points"):
+        pattern_on_geom(m, "pad", grid_pattern((5, 5), 0.02))
+    pos = np.c_[np.random.default_rng(0).uniform(-0.005, 0.005, (6, 2)), np.zeros(6)]
+    nrm = np.tile([0, 0, 1.0], (6, 1))
+    for kw, match in (
+        ({"T_geom_layout": [0, 0, 0, 0, 0, 0, 1.1]}, r"T_geom_layout\[..., 3:\]"),
+        ({"T_geom_layout": [np.nan, 0, 0, 0, 0, 0, 1]}, r"T_geom_layout: expected finite"),
+        ({"T_geom_layout": [0, 0, 0, 1.0]}, r"T_geom_layout: expected a pose \[7\]"),
+        ({"standoff": -0.01}, r"standoff: expected a finite distance >= 0"),
+        ({"standoff": np.inf}, r"standoff"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            layout_on_geom(m, "pad", pos, nrm, **kw)
+    x, _ = layout_on_geom(m, "pad", pos, nrm)
+    assert x.shape == (6, 3)
