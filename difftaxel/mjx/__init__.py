@@ -55,8 +55,24 @@ from .scene import (
     scene_from_model,
     sensor_inputs,
 )
+from .tactile import (
+    MjcfTactile,
+    mjcf_tactile,
+    mujoco_distance,
+    tactile_readings,
+    tactile_rollout,
+    tactile_sensordata,
+    tactile_step,
+)
 
 __all__ = [
+    "MjcfTactile",
+    "mjcf_tactile",
+    "mujoco_distance",
+    "tactile_readings",
+    "tactile_rollout",
+    "tactile_sensordata",
+    "tactile_step",
     "MjxScene",
     "scene_from_model",
     "body_poses_twists",

@@ -1,0 +1,487 @@
+"""MuJoCo's own MJCF ``<tactile>`` sensor, computed inside MJX.
+
+MuJoCo (3.3.5 and later) declares touch as ``<sensor><tactile geom="G" mesh="M"/></sensor>``:
+the vertices of mesh ``M``, placed in geom ``G``'s frame, are taxels; each reads, per
+taxel ``j``, a penetration depth and two tangential sliding speeds, written channel-major
+(``sensordata[adr + c N + j]``, ``c`` = depth, tangent 1, tangent 2). MJX's JAX backend leaves
+these values at zero; :func:`tactile_sensordata` fills them from an ``mjx.Data``, and
+:func:`tactile_step` / :func:`tactile_rollout` run them inside ``mjx.step``, so code that reads
+``d.sensordata`` is unchanged.
+
+The rules are the C engine's (``engine_sensor.c``, ``mjSENS_TACTILE``; checked against the
+installed ``mujoco`` 3.17.0, whose readings the tests match to 1e-12):
+
+* **Which geoms are sensed**: the geoms in MuJoCo's contact list touching the sensor geom's
+  weld body (``body_weldid``), each once. Here: the pairs MJX can collide (MJX's own pair
+  list), gated per step by MJX's contacts (a pair with ``dist <= margin``).
+* **Depth**: ``max(0, -sd)`` with ``sd`` MuJoCo's signed distance of the taxel in each sensed
+  geom's frame, the largest over the geoms. The distances are MuJoCo's own formulas
+  (``engine_collision_sdf.c``): exact for sphere, capsule and the outside of a box; the box's
+  inside is a field that turns from radial to the face normals; cylinder; MuJoCo's ellipsoid
+  approximation ``k0 (k0 - 1) / k1``; plane ``z``. Mesh geoms are sensed only through an octree
+  (``needsdf``); MuJoCo skips meshes without one, and so does this (a mesh *with* an octree, an
+  SDF plugin, a height field or a flex is refused: see :func:`mjcf_tactile`).
+* **Tangential channels**: ``sum_g |v_rel . t_k|`` over the geoms that penetrate the taxel,
+  ``v_rel`` the sensor body's velocity minus the sensed body's, both at the taxel (MuJoCo
+  3.17.0; the C source of mid-2026 took the sensed body's at its geom's centre, which a
+  spinning object tells apart), ``t_k`` the mesh's stored per-vertex frame (meshes with three
+  vectors per vertex; otherwise these channels stay 0).
+* ``cutoff`` clips every value to ``[-cutoff, cutoff]``.
+
+The tangents turn with the sensor geom (``geom_xmat`` times the stored vectors) in MuJoCo
+3.17.0; the C source of mid-2026 (GitHub ``a7255075``) rotated them by ``mesh_quat`` only, which
+left them fixed in world axes: the installed engine, not that source, is the reference here.
+
+One thing the C engine does looks like a bug. ``mode="mujoco"`` (the default) reproduces it;
+``mode="corrected"`` fixes it: the builtin ``plate`` mesh stores its per-vertex frames as
+(x, y, z) of its own axes, i.e. (a tangent, the other tangent, the normal) in the (normal, t1,
+t2) slots, so the second "tangent" lies along the plate's normal: sliding along the plate's x
+reads nothing and pressing in and out reads as slip. The corrected mode rebuilds each taxel's
+tangents in the plane orthogonal to its surface normal (from the mesh's faces); on meshes whose
+stored frames are already right (``wedge``) it changes nothing but their handedness.
+
+``smoothing`` (m, > 0) replaces the hard parts by smooth ones whose limit is the exact reading:
+the contact gate by ``sigmoid((margin - dist) / smoothing)``, ``max(0, -sd)`` by a softplus, the
+largest depth over the geoms by a softmax-weighted mean, and the tangential gate ``sd < 0`` by
+``sigmoid(-sd / smoothing)``, so gradients exist before contact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+from mujoco import mjx as _mjx
+
+from .._numerics import safe_norm, smooth_relu
+from .._pytree import pytree_dataclass, static_field
+
+Array = jax.Array
+
+__all__ = [
+    "MjcfTactile",
+    "mjcf_tactile",
+    "tactile_sensordata",
+    "tactile_step",
+    "tactile_rollout",
+    "tactile_readings",
+    "mujoco_distance",
+]
+
+_GT = mujoco.mjtGeom
+#: geom types whose MuJoCo signed distance is computed here
+_SDF_TYPES = (
+    int(_GT.mjGEOM_PLANE),
+    int(_GT.mjGEOM_SPHERE),
+    int(_GT.mjGEOM_CAPSULE),
+    int(_GT.mjGEOM_ELLIPSOID),
+    int(_GT.mjGEOM_CYLINDER),
+    int(_GT.mjGEOM_BOX),
+)
+
+
+class _Pairs(NamedTuple):
+    """The (sensor, geom) pairs of one geom type: ``sensor [P]``, ``geom [P]`` indices,
+    ``size [P, 3]`` (MuJoCo's half-sizes, m)."""
+
+    sensor: Array
+    geom: Array
+    size: Array
+
+
+@pytree_dataclass
+class MjcfTactile:
+    """Every ``<tactile>`` sensor of a MuJoCo model, as :func:`mjcf_tactile` reads them.
+
+    Leaves (per sensor ``s``, taxels padded to ``N = max_s N_s``):
+      vertices: ``[S, N, 3]`` taxel positions in the sensor geom's frame (m).
+      tangents_mujoco: ``[S, N, 2, 3]`` the mesh's stored tangents (geom frame), as MuJoCo
+        uses them.
+      tangents_local: ``[S, N, 2, 3]`` corrected tangents (geom frame).
+      has_frame: ``[S]`` the mesh stores three vectors per vertex (else no tangential data).
+      sensor_geom, sensor_weld, sensor_root: ``[S]`` int: the sensor geom, its weld body, that
+        body's root (``cvel`` is about the root's ``subtree_com``).
+      pairs: one :class:`_Pairs` per sensed geom type (static order ``types``).
+      geom_body, geom_root, geom_weld: ``[ngeom]`` int tables.
+      out_index: ``[D]`` int: where each tactile value goes in ``sensordata``; ``out_source``
+        ``[D]``: which entry of the padded ``[S, 3, N]`` readings it is.
+      cutoff: ``[D]`` (``inf`` where a sensor has none).
+
+    Static: ``types`` (geom types of ``pairs``), ``n_sensors``, ``mode``, ``smoothing``.
+    """
+
+    vertices: Array
+    tangents_mujoco: Array
+    tangents_local: Array
+    has_frame: Array
+    sensor_geom: Array
+    sensor_weld: Array
+    sensor_root: Array
+    pairs: tuple
+    geom_body: Array
+    geom_root: Array
+    geom_weld: Array
+    out_index: Array
+    out_source: Array
+    cutoff: Array
+    types: tuple = static_field(())
+    n_sensors: int = static_field(0)
+    mode: str = static_field("mujoco")
+    smoothing: float = static_field(0.0)
+
+    def replace(self, **changes) -> MjcfTactile:
+        """A copy with ``mode`` and / or ``smoothing`` changed (checked as at construction)."""
+        bad = set(changes) - {"mode", "smoothing"}
+        if bad:
+            raise ValueError(
+                f"MjcfTactile.replace: only mode and smoothing change, got {sorted(bad)}"
+            )
+        if "mode" in changes:
+            _check_mode(changes["mode"])
+        if "smoothing" in changes:
+            changes["smoothing"] = _check_smoothing(changes["smoothing"])
+        return dataclasses.replace(self, **changes)
+
+
+def _check_mode(mode):
+    if mode not in ("mujoco", "corrected"):
+        raise ValueError(f"mode: expected 'mujoco' or 'corrected', got {mode!r}")
+
+
+def _check_smoothing(smoothing) -> float:
+    if isinstance(smoothing, jax.core.Tracer):
+        raise ValueError("smoothing: a static length (m); it picks the smooth code path")
+    s = float(smoothing)
+    if not (np.isfinite(s) and s >= 0):
+        raise ValueError(f"smoothing: expected a finite length >= 0 (m), got {smoothing!r}")
+    return s
+
+
+def _name(m, obj, i) -> str:
+    n = mujoco.mj_id2name(m, obj, int(i))
+    return repr(n) if n else f"#{int(i)}"
+
+
+def _corrected_frames(V, F, stored):
+    """Tangents ``[N, 2, 3]`` orthogonal to each vertex's surface normal (area-weighted
+    normals of its faces, oriented along the stored vector they align with best; a vertex
+    without faces keeps the stored normal); t1 is the stored first tangent projected onto the
+    tangent plane (the stored normal where that degenerates), t2 = n x t1."""
+    n_v = np.zeros_like(V)
+    if len(F):
+        a, b, c = V[F[:, 0]], V[F[:, 1]], V[F[:, 2]]
+        fn = np.cross(b - a, c - a)
+        for k in range(3):  # host-side, once per model
+            np.add.at(n_v, F[:, k], fn)
+    length = np.linalg.norm(n_v, axis=1, keepdims=True)
+    n = np.where(length > 0, n_v / np.where(length > 0, length, 1.0), stored[:, 0])
+    align = np.einsum("nkd,nd->nk", stored, n)
+    best = np.argmax(np.abs(align), 1)
+    n = n * np.sign(align[np.arange(len(n)), best])[:, None]
+    t1 = stored[:, 1] - np.sum(stored[:, 1] * n, 1, keepdims=True) * n
+    alt = stored[:, 0] - np.sum(stored[:, 0] * n, 1, keepdims=True) * n
+    small = np.linalg.norm(t1, axis=1) < 1e-6
+    t1 = np.where(small[:, None], alt, t1)
+    t1 /= np.linalg.norm(t1, axis=1, keepdims=True)
+    return np.stack([t1, np.cross(n, t1)], 1)
+
+
+def _candidate_pairs(m) -> list[tuple[int, int]]:
+    try:
+        from mujoco.mjx._src.collision_driver import geom_pairs
+    except ImportError as e:  # pragma: no cover - a newer MJX layout
+        raise ImportError(f"difftaxel.mjx.tactile needs MJX's geom_pairs ({e})") from None
+    return [(int(a), int(b)) for a, b, _ in geom_pairs(m)]
+
+
+def mjcf_tactile(m: mujoco.MjModel, *, mode: str = "mujoco", smoothing: float = 0.0):
+    """Read every ``<tactile>`` sensor of ``m`` (a ``mujoco.MjModel``) for MJX.
+
+    Args:
+      m: the host model, as the user's MJCF compiled it.
+      mode: ``"mujoco"`` (the C engine's readings, its quirk included) or ``"corrected"``
+        (tangents in each taxel's tangent plane); see the module docstring.
+      smoothing: 0 (exact) or a length (m) for the smooth readings (gradients before contact).
+
+    Returns an :class:`MjcfTactile`, or None when ``m`` has no tactile sensor.
+
+    Raises ``ValueError`` with one line naming the sensor where difftaxel cannot compute what
+    MuJoCo would: a sensed geom that is an SDF plugin, a height field or a mesh with an octree
+    (``needsdf``; meshes without one are skipped, as MuJoCo skips them), a model with flexes, or
+    a tactile sensor with a delay, an interval or history samples.
+    """
+    _check_mode(mode)
+    smoothing = _check_smoothing(smoothing)
+    ids = np.flatnonzero(np.asarray(m.sensor_type) == int(mujoco.mjtSensor.mjSENS_TACTILE))
+    if ids.size == 0:
+        return None
+    if int(m.nflex) > 0:
+        raise ValueError(
+            f"m: the model has {int(m.nflex)} flex(es); difftaxel's <tactile> does not sense "
+            "flex contacts"
+        )
+    pairs = _candidate_pairs(m)
+    weld = np.asarray(m.body_weldid)[np.asarray(m.geom_bodyid)]
+    S = ids.size
+    nverts = [int(m.mesh_vertnum[m.sensor_objid[i]]) for i in ids]
+    N = max(nverts)
+    verts = np.zeros((S, N, 3))
+    t_mj = np.zeros((S, N, 2, 3))
+    t_loc = np.zeros((S, N, 2, 3))
+    has_frame = np.zeros(S, bool)
+    sens_geom = np.zeros(S, np.int32)
+    sens_weld = np.zeros(S, np.int32)
+    by_type: dict[int, list] = {}
+    out_index, out_source, cutoff = [], [], []
+    for s, i in enumerate(ids):  # host-side, once per model
+        what = f"tactile sensor {_name(m, mujoco.mjtObj.mjOBJ_SENSOR, i)}"
+        for attr in ("sensor_delay", "sensor_interval"):
+            v = np.asarray(getattr(m, attr, np.zeros(m.nsensor)))[i]
+            if np.any(v != 0):
+                raise ValueError(f"{what}: {attr[7:]} {v} is not supported (only plain readings)")
+        if (
+            int(np.asarray(getattr(m, "sensor_history", np.zeros((m.nsensor, 2))))[i].ravel()[0])
+            > 0
+        ):
+            raise ValueError(f"{what}: history samples are not supported (only plain readings)")
+        mid, g = int(m.sensor_objid[i]), int(m.sensor_refid[i])
+        nv = nverts[s]
+        V = np.asarray(m.mesh_vert[m.mesh_vertadr[mid] : m.mesh_vertadr[mid] + nv], float)
+        verts[s, :nv] = V
+        nn = int(m.mesh_normalnum[mid])
+        stored = np.asarray(
+            m.mesh_normal[m.mesh_normaladr[mid] : m.mesh_normaladr[mid] + nn], float
+        )
+        if nn == 3 * nv:
+            has_frame[s] = True
+            stored = stored.reshape(nv, 3, 3)
+            t_mj[s, :nv] = stored[:, 1:]
+            F = np.asarray(
+                m.mesh_face[m.mesh_faceadr[mid] : m.mesh_faceadr[mid] + m.mesh_facenum[mid]]
+            )
+            t_loc[s, :nv] = _corrected_frames(V, F, stored)
+        sens_geom[s], sens_weld[s] = g, weld[g]
+        sensed = set()
+        for a, b in pairs:
+            if weld[a] == weld[g]:
+                sensed.add(b)
+            if weld[b] == weld[g]:
+                sensed.add(a)
+        for o in sorted(sensed):
+            t = int(m.geom_type[o])
+            gname = f"geom {_name(m, mujoco.mjtObj.mjOBJ_GEOM, o)}"
+            if t == int(_GT.mjGEOM_MESH):
+                if int(m.mesh_octadr[m.geom_dataid[o]]) != -1:
+                    raise ValueError(
+                        f"{what}: senses {gname}, a mesh with an octree SDF (needsdf), which "
+                        "difftaxel does not compute; MuJoCo skips meshes without one"
+                    )
+                continue  # no octree: MuJoCo skips it
+            if t not in _SDF_TYPES:
+                raise ValueError(
+                    f"{what}: senses {gname} of type {_GT(t).name}, which has no signed "
+                    "distance here (MuJoCo's C engine raises on it too, or needs a plugin)"
+                )
+            by_type.setdefault(t, []).append((s, o))
+        dim, adr = int(m.sensor_dim[i]), int(m.sensor_adr[i])
+        nch = dim // nv
+        c = float(m.sensor_cutoff[i])
+        for ch in range(nch):
+            for j in range(nv):
+                out_index.append(adr + ch * nv + j)
+                out_source.append((s * 3 + min(ch, 2)) * N + j if ch < 3 else -1)
+                cutoff.append(c if c > 0 else np.inf)
+    types = tuple(sorted(by_type))
+    sizes = np.asarray(m.geom_size, float)
+    pair_groups = tuple(
+        _Pairs(
+            jnp.asarray([s for s, _ in by_type[t]], jnp.int32),
+            jnp.asarray([o for _, o in by_type[t]], jnp.int32),
+            jnp.asarray(sizes[[o for _, o in by_type[t]]]),
+        )
+        for t in types
+    )
+    src = np.asarray(out_source)
+    keep = src >= 0  # channels past the third (none in MuJoCo 3.17) stay 0
+    dt = jnp.result_type(float)
+    root = np.asarray(m.body_rootid)
+    return MjcfTactile(
+        vertices=jnp.asarray(verts, dt),
+        tangents_mujoco=jnp.asarray(t_mj, dt),
+        tangents_local=jnp.asarray(t_loc, dt),
+        has_frame=jnp.asarray(has_frame),
+        sensor_geom=jnp.asarray(sens_geom),
+        sensor_weld=jnp.asarray(sens_weld),
+        sensor_root=jnp.asarray(root[sens_weld], jnp.int32),
+        pairs=pair_groups,
+        geom_body=jnp.asarray(m.geom_bodyid, jnp.int32),
+        geom_root=jnp.asarray(root[np.asarray(m.geom_bodyid)], jnp.int32),
+        geom_weld=jnp.asarray(weld, jnp.int32),
+        out_index=jnp.asarray(np.asarray(out_index)[keep], jnp.int32),
+        out_source=jnp.asarray(src[keep], jnp.int32),
+        cutoff=jnp.asarray(np.asarray(cutoff)[keep], dt),
+        types=types,
+        n_sensors=S,
+        mode=mode,
+        smoothing=smoothing,
+    )
+
+
+# ----------------------------------------------------------------------------- distances
+
+
+def _box(x, size):
+    """MuJoCo's box distance: exact outside; inside, the distance along a unit field that
+    turns from radial to the face normals (``radialField3d``)."""
+    a = jnp.abs(x) - size
+    outside = jnp.any(a >= 0, -1)
+    d_out = safe_norm(jnp.maximum(a, 0.0)) + jnp.minimum(jnp.max(a, -1), 0.0)
+    a_in = jnp.where(outside[..., None], -1.0, a)  # strictly negative inside
+    field = -size / a_in
+    field = field / safe_norm(field, keepdims=True)
+    t = -a_in / jnp.abs(field)
+    d_in = -jnp.min(t, -1) * safe_norm(field)
+    return jnp.where(outside, d_out, d_in)
+
+
+def _ellipsoid(x, size):
+    a = x / size
+    b = a / size
+    k0, k1 = safe_norm(a), safe_norm(b)
+    return k0 * (k0 - 1.0) / jnp.where(k1 > 0, k1, 1.0)
+
+
+def _cylinder(x, size):
+    a = jnp.stack([safe_norm(x[..., :2]) - size[..., 0], jnp.abs(x[..., 2]) - size[..., 1]], -1)
+    return jnp.minimum(jnp.max(a, -1), 0.0) + safe_norm(jnp.maximum(a, 0.0))
+
+
+def _capsule(x, size):
+    z = x[..., 2] - jnp.clip(x[..., 2], -size[..., 1], size[..., 1])
+    return safe_norm(jnp.stack([x[..., 0], x[..., 1], z], -1)) - size[..., 0]
+
+
+_DISTANCE = {
+    int(_GT.mjGEOM_PLANE): lambda x, size: x[..., 2],
+    int(_GT.mjGEOM_SPHERE): lambda x, size: safe_norm(x) - size[..., 0],
+    int(_GT.mjGEOM_CAPSULE): _capsule,
+    int(_GT.mjGEOM_ELLIPSOID): _ellipsoid,
+    int(_GT.mjGEOM_CYLINDER): _cylinder,
+    int(_GT.mjGEOM_BOX): _box,
+}
+
+
+def mujoco_distance(geom_type: int, x_local: Array, size: Array) -> Array:
+    """MuJoCo's signed distance ``[...]`` (m) of points ``x_local [..., 3]`` in a geom's frame,
+    for ``geom_type`` (an ``mjtGeom``), with MuJoCo's half-sizes ``size [..., 3]``."""
+    return _DISTANCE[int(geom_type)](x_local, size)
+
+
+# ----------------------------------------------------------------------------- readings
+
+
+def _contacts(d):
+    impl = getattr(d, "_impl", None)  # MJX 3.17 keeps the contact list there
+    return impl.contact if impl is not None and hasattr(impl, "contact") else d.contact
+
+
+def _point_velocity(d, body, root, x):
+    """Linear velocity (world) of body ``body``'s material point at ``x [..., 3]``."""
+    cvel = d.cvel[body]
+    return cvel[..., 3:] + jnp.cross(cvel[..., :3], x - d.subtree_com[root])
+
+
+def tactile_readings(tac: MjcfTactile, d) -> Array:
+    """The tactile values ``[S, 3, N]`` (depth in m, then the two sliding speeds in m/s; padded
+    taxels 0) of every sensor in ``tac`` from ``d`` (an ``mjx.Data`` after ``mjx.forward`` or
+    ``mjx.step``: its geom poses, ``cvel``, ``subtree_com`` and contacts)."""
+    dtype = d.geom_xpos.dtype
+    w = tac.smoothing
+    R_s = d.geom_xmat[tac.sensor_geom]  # [S, 3, 3]
+    x = (
+        jnp.einsum("sij,snj->sni", R_s, tac.vertices.astype(dtype))
+        + d.geom_xpos[tac.sensor_geom][:, None]
+    )  # [S, N, 3] world
+    v_s = _point_velocity(d, tac.sensor_weld[:, None], tac.sensor_root[:, None], x)
+    local_tangents = tac.tangents_mujoco if tac.mode == "mujoco" else tac.tangents_local
+    tang = jnp.einsum("sij,snkj->snki", R_s, local_tangents.astype(dtype))  # [S, N, 2, 3]
+    con = _contacts(d)
+    g1, g2, dist = con.geom1, con.geom2, con.dist
+    margin = con.includemargin  # MuJoCo lists a contact while dist <= margin (gap 0)
+
+    depth_parts, tang_parts, seg = [], [], []
+    for t, pr in zip(tac.types, tac.pairs):  # one batched pass per geom type (a few, static)
+        s, g = pr.sensor, pr.geom
+        ws = tac.sensor_weld[s]
+        hits = ((g1[None] == g[:, None]) & (tac.geom_weld[g2][None] == ws[:, None])) | (
+            (g2[None] == g[:, None]) & (tac.geom_weld[g1][None] == ws[:, None])
+        )  # [P, K]
+        if w > 0:
+            soft = jax.nn.sigmoid((margin - dist) / w)[None]
+            gate = jnp.max(jnp.where(hits, soft, 0.0), -1)
+        else:
+            gate = jnp.any(hits & (dist <= margin)[None], -1).astype(dtype)
+        R_g, p_g = d.geom_xmat[g], d.geom_xpos[g]  # [P, 3, 3], [P, 3]
+        local = jnp.einsum("pji,pnj->pni", R_g, x[s] - p_g[:, None])  # R^T (x - p)
+        sd = mujoco_distance(t, local, pr.size.astype(dtype)[:, None])  # [P, N]
+        if w > 0:
+            pen = smooth_relu(-sd, w)
+            touch = jax.nn.sigmoid(-sd / w)
+        else:
+            pen = jnp.maximum(-sd, 0.0)
+            touch = (sd < 0).astype(dtype)
+        # both bodies' velocities at the taxel (MuJoCo 3.17.0; older sources took the sensed
+        # body's at its geom's centre)
+        v_o = _point_velocity(d, tac.geom_body[g][:, None], tac.geom_root[g][:, None], x[s])
+        v_rel = v_s[s] - v_o  # [P, N, 3]
+        speed = jnp.abs(jnp.einsum("pnd,pnkd->pnk", v_rel, tang[s]))  # [P, N, 2]
+        depth_parts.append(gate[:, None] * pen)
+        tang_parts.append((gate[:, None] * touch)[..., None] * speed)
+        seg.append(s)
+    S, N = tac.vertices.shape[:2]
+    if not seg:
+        return jnp.zeros((S, 3, N), dtype)
+    pen = jnp.concatenate(depth_parts)  # [P, N]
+    sp = jnp.concatenate(tang_parts)  # [P, N, 2]
+    seg = jnp.concatenate(seg)
+    if w > 0:  # softmax-weighted mean over the geoms: -> the largest as w -> 0, 0 when all 0
+        z = pen / w
+        zmax = jax.ops.segment_max(z, seg, S)[seg]
+        e = jnp.exp(z - jax.lax.stop_gradient(zmax))
+        depth = jax.ops.segment_sum(e * pen, seg, S) / jax.ops.segment_sum(e, seg, S)
+    else:
+        depth = jnp.maximum(jax.ops.segment_max(pen, seg, S), 0.0)
+    tangential = jax.ops.segment_sum(sp, seg, S) * tac.has_frame[:, None, None]
+    return jnp.concatenate([depth[:, None], jnp.moveaxis(tangential, -1, 1)], 1)
+
+
+def tactile_sensordata(tac: MjcfTactile | None, d):
+    """``d`` with every tactile sensor's values written into ``d.sensordata`` at MuJoCo's
+    addresses (channel-major: depth, tangent 1, tangent 2; ``cutoff`` applied). ``tac`` None
+    (a model without tactile sensors) returns ``d`` unchanged."""
+    if tac is None:
+        return d
+    r = tactile_readings(tac, d).reshape(-1)
+    vals = jnp.clip(r[tac.out_source], -tac.cutoff, tac.cutoff)
+    return d.replace(sensordata=d.sensordata.at[tac.out_index].set(vals.astype(d.sensordata.dtype)))
+
+
+def tactile_step(mx, d, tac: MjcfTactile | None):
+    """``mjx.step`` with the tactile sensors filled in (as ``mj_step`` leaves them: the values
+    of the state the step started from, computed in its forward pass)."""
+    return tactile_sensordata(tac, _mjx.step(mx, d))
+
+
+def tactile_rollout(mx, d0, tac: MjcfTactile | None, controls):
+    """Scan :func:`tactile_step` over ``controls [T, nu]``; returns ``(final data, sensordata
+    [T, nsensordata])``. ``jax.vmap`` it over environments."""
+
+    def step(d, u):
+        d = tactile_step(mx, d.replace(ctrl=u), tac)
+        return d, d.sensordata
+
+    return jax.lax.scan(step, d0, controls)

@@ -1,0 +1,237 @@
+"""MuJoCo's MJCF ``<tactile>`` sensor inside MJX: the installed C engine's readings for every
+primitive geom type, a wedge fingertip, several contacts, a moving and rotated sensor,
+``cutoff``, rollouts and batches; refusals; gradients of the smooth mode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+mujoco = pytest.importorskip("mujoco", reason="the [mjx] extra is not installed")
+pytest.importorskip("mujoco.mjx", reason="the [mjx] extra is not installed")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from mujoco import mjx  # noqa: E402
+
+from difftaxel.mjx import (  # noqa: E402
+    mjcf_tactile,
+    tactile_readings,
+    tactile_rollout,
+    tactile_sensordata,
+)
+
+
+@pytest.fixture(autouse=True)
+def _mjx_allows_rank_promotion():
+    with jax.numpy_rank_promotion("allow"):
+        yield
+
+
+OBJECTS = {
+    "sphere": '<geom type="sphere" size="0.01"/>',
+    "capsule": '<geom type="capsule" size="0.006 0.01"/>',
+    "cylinder": '<geom type="cylinder" size="0.008 0.006"/>',
+    "box": '<geom type="box" size="0.008 0.006 0.005"/>',
+    "ellipsoid": '<geom type="ellipsoid" size="0.01 0.007 0.005"/>',
+}
+
+
+def model_xml(objects=("sphere",), plane=False, cutoff=0.0, skin='pos="0.001 -0.002 0.0106"'):
+    """A free pad (a sphere collider whose top is at z = 5.5 mm, a 5 x 5 ``plate`` of taxels
+    0.1 mm above it, off-centre; the builtin plate sits 5 mm below its geom's position) and free
+    objects above it; optionally a floor plane it presses into."""
+    bodies = "".join(
+        f'<body name="o{i}" pos="0 0 0.02"><freejoint/>{OBJECTS[o]}</body>'
+        for i, o in enumerate(objects)
+    )
+    floor = '<geom name="floor" type="plane" size="1 1 0.1" pos="0 0 0.0062"/>' if plane else ""
+    cut = f' cutoff="{cutoff}"' if cutoff else ""
+    return f"""
+<mujoco>
+  <option timestep="0.002" gravity="0 0 0"/>
+  <asset><mesh name="plate" builtin="plate" params="5 5" scale="0.02 0.02 0.005"/></asset>
+  <worldbody>
+    {floor}
+    <body name="pad" pos="0 0 0" quat="0.9659 0 0 0.2588"><freejoint/>
+      <geom name="collider" type="sphere" size="0.02" pos="0 0 -0.0145"/>
+      <geom name="skin" type="mesh" mesh="plate" {skin} contype="0" conaffinity="0" mass="0"/>
+    </body>
+    {bodies}
+  </worldbody>
+  <sensor><tactile name="touch" geom="skin" mesh="plate"{cut}/></sensor>
+</mujoco>"""
+
+
+def random_states(m, n, seed=0, spread=0.008, lift=0.0):
+    """``n`` states: each object above the pad (penetrating most of the time), random turns,
+    random velocities; the pad itself turned, shifted and moving."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        q = np.array(m.qpos0, float)
+        v = rng.normal(0, 0.05, m.nv)
+        for j in range(m.njnt):
+            a = m.jnt_qposadr[j]
+            if j == 0:  # the pad
+                q[a : a + 3] = rng.normal(0, 0.001, 3) + [0, 0, lift]
+                quat = np.r_[1.0, rng.normal(0, 0.05, 3)]
+            else:
+                q[a : a + 3] = np.r_[rng.uniform(-spread, spread, 2), rng.uniform(0.008, 0.013)]
+                quat = rng.normal(size=4)
+            q[a + 3 : a + 7] = quat / np.linalg.norm(quat)
+        out.append((q, v))
+    return out
+
+
+def c_readings(m, states):
+    d = mujoco.MjData(m)
+    out = []
+    for q, v in states:
+        d.qpos[:], d.qvel[:] = q, v
+        mujoco.mj_forward(m, d)
+        out.append(d.sensordata.copy())
+    return np.stack(out)
+
+
+def mjx_readings(m, states, **kw):
+    mx = mjx.put_model(m)
+    tac = mjcf_tactile(m, **kw)
+    d0 = mjx.make_data(mx)
+    qs = jnp.asarray(np.stack([q for q, _ in states]))
+    vs = jnp.asarray(np.stack([v for _, v in states]))
+
+    @jax.jit
+    def one(q, v):
+        return tactile_sensordata(tac, mjx.forward(mx, d0.replace(qpos=q, qvel=v))).sensordata
+
+    return np.asarray(jax.vmap(one)(qs, vs))
+
+
+@pytest.mark.parametrize("obj", list(OBJECTS))
+def test_every_primitive_reads_what_mujoco_reads(obj):
+    m = mujoco.MjModel.from_xml_string(model_xml((obj,)))
+    states = random_states(m, 32, seed=list(OBJECTS).index(obj))
+    want = c_readings(m, states)
+    got = mjx_readings(m, states)
+    n = m.sensor_dim[0] // 3
+    assert np.count_nonzero(want[:, :n]) > 10, "the scene must press taxels"
+    assert np.count_nonzero(want[:, n:]) > 10, "and slide over them"
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_a_plane_several_contacts_and_cutoff():
+    m = mujoco.MjModel.from_xml_string(model_xml(("sphere", "box"), plane=True, cutoff=0.0008))
+    states = random_states(m, 16, seed=3, spread=0.01)
+    want = c_readings(m, states)
+    assert np.max(want) == pytest.approx(0.0008)  # the cutoff bites
+    got = mjx_readings(m, states)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+WEDGE = """
+<mujoco>
+  <option gravity="0 0 0"/>
+  <asset><mesh name="tip" builtin="wedge" params="6 6 60 40 0" scale="0.01 0.01 0.01"/></asset>
+  <worldbody>
+    <body name="finger" quat="0.7071 0.7071 0 0"><freejoint/>
+      <geom name="pulp" type="sphere" size="0.01"/>
+      <geom name="skin" type="mesh" mesh="tip" contype="0" conaffinity="0" mass="0"/>
+    </body>
+    <body name="block" pos="0 0 0.02"><freejoint/><geom type="box" size="0.01 0.01 0.004"/></body>
+  </worldbody>
+  <sensor><tactile geom="skin" mesh="tip"/></sensor>
+</mujoco>"""
+
+
+def test_a_wedge_fingertip_reads_what_mujoco_reads():
+    m = mujoco.MjModel.from_xml_string(WEDGE)
+    rng = np.random.default_rng(5)
+    states = []
+    for _ in range(16):
+        q = np.array(m.qpos0, float)
+        q[7:10] = (
+            rng.normal(0, 0.004, 3) + [0, 0, 0.0] + rng.uniform(-0.006, 0.006) * np.r_[0, 1, 0]
+        )
+        quat = rng.normal(size=4)
+        q[10:14] = quat / np.linalg.norm(quat)
+        states.append((q, rng.normal(0, 0.05, m.nv)))
+    want = c_readings(m, states)
+    assert np.count_nonzero(want) > 20
+    np.testing.assert_allclose(mjx_readings(m, states), want, rtol=1e-9, atol=1e-12)
+
+
+def test_a_rollout_and_a_batch_read_what_mujoco_reads_on_the_same_states():
+    """MJX's own trajectory (it may drift from the C engine's physics): at every step the
+    tactile values equal MuJoCo's ``mj_forward`` on that step's starting state."""
+    m = mujoco.MjModel.from_xml_string(model_xml(("sphere",)))
+    mx = mjx.put_model(m)
+    tac = mjcf_tactile(m)
+    starts = random_states(m, 3, seed=9)
+    T = 6
+
+    def run(q, v):
+        d0 = mjx.make_data(mx).replace(qpos=q, qvel=v)
+
+        def step(d, _):
+            before = (d.qpos, d.qvel)
+            d = mjx.step(mx, d)
+            return tactile_sensordata(tac, d), (before, tactile_sensordata(tac, d).sensordata)
+
+        _, (states, data) = jax.lax.scan(step, d0, None, length=T)
+        return states, data
+
+    qs = jnp.asarray(np.stack([q for q, _ in starts]))
+    vs = jnp.asarray(np.stack([v for _, v in starts]))
+    (sq, sv), data = jax.jit(jax.vmap(run))(qs, vs)
+    for e in range(3):
+        want = c_readings(m, list(zip(np.asarray(sq[e]), np.asarray(sv[e]))))
+        np.testing.assert_allclose(np.asarray(data[e]), want, rtol=1e-9, atol=1e-12)
+    assert np.count_nonzero(np.asarray(data)) > 0
+    # the public rollout scans the same steps
+    d0 = mjx.make_data(mx).replace(qpos=qs[0], qvel=vs[0])
+    _, sd = jax.jit(lambda d: tactile_rollout(mx, d, tac, jnp.zeros((T, 0))))(d0)
+    np.testing.assert_allclose(np.asarray(sd), np.asarray(data[0]), rtol=1e-12, atol=1e-15)
+
+
+def test_the_corrected_mode_reads_slip_in_the_plate():
+    """The plate's second stored tangent lies along its normal (MuJoCo's reading keeps it);
+    the corrected frame puts both tangents in the plate, so in-plane slip reads in full."""
+    m = mujoco.MjModel.from_xml_string(model_xml(("sphere",), skin='pos="0 0 0.0106"'))
+    mx = mjx.put_model(m)
+    d0 = mjx.make_data(mx)
+    q = np.array(m.qpos0, float)
+    q[7:10] = [0, 0, 0.015]  # the ball 0.6 mm into the central taxel, pad turned 30 deg
+    v = np.zeros(m.nv)
+    v[6:9] = [0.04, 0.0, 0.0]  # sliding along world x
+    d = mjx.forward(mx, d0.replace(qpos=jnp.asarray(q), qvel=jnp.asarray(v)))
+    n = m.sensor_dim[0] // 3
+    exact = np.asarray(tactile_readings(mjcf_tactile(m), d))[0, :, :n]
+    fixed = np.asarray(tactile_readings(mjcf_tactile(m, mode="corrected"), d))[0, :, :n]
+    j = int(np.argmax(exact[0]))
+    assert exact[0, j] == pytest.approx(0.0006) and fixed[0, j] == exact[0, j]  # depths agree
+    # exact: the second "tangent" is the plate's normal, so in-plane slip shows only through
+    # the first, which (turned 30 deg with the pad) sees half of it
+    assert abs(exact[2, j]) < 1e-12 and exact[1, j] == pytest.approx(0.04 * 0.5, rel=1e-4)
+    # corrected: the slip lies in the tangent plane, split by the pad's 30 deg heading
+    np.testing.assert_allclose(np.hypot(fixed[1, j], fixed[2, j]), 0.04, rtol=1e-9)
+    assert min(fixed[1, j], fixed[2, j]) > 0.01
+
+
+def test_models_difftaxel_cannot_compute_are_refused_in_one_line():
+    xml = model_xml(("sphere",)).replace(
+        '<geom type="sphere" size="0.01"/>', '<geom type="mesh" mesh="plate"/>'
+    )
+    xml = xml.replace(
+        '<mesh name="plate" builtin="plate" params="5 5" scale="0.02 0.02 0.005"/>',
+        '<mesh name="plate" builtin="plate" params="5 5" scale="0.02 0.02 0.005"/>'
+        '<mesh name="cube" builtin="supersphere" params="8 1 1" scale="0.01 0.01 0.01"/>',
+    ).replace('mesh="plate"/></body>', 'mesh="cube"/></body>')
+    m = mujoco.MjModel.from_xml_string(xml)
+    assert mjcf_tactile(m) is not None  # a mesh without an octree: skipped, as MuJoCo does
+    with pytest.raises(ValueError, match=r"mode: expected"):
+        mjcf_tactile(m, mode="exact")
+    with pytest.raises(ValueError, match=r"smoothing: expected a finite length"):
+        mjcf_tactile(m, smoothing=-1.0)
+    plain = mujoco.MjModel.from_xml_string("<mujoco><worldbody/></mujoco>")
+    assert mjcf_tactile(plain) is None
