@@ -204,7 +204,9 @@ def test_raw_log_comments_fraction_and_constant(tmp_path):
     (tmp_path / "nodt.txt").write_text(rows)
     assert load_raw_log(tmp_path / "nodt.txt").dt is None  # sample units
     (tmp_path / "negdt.txt").write_text("# dt = -1\n" + rows)
-    with pytest.raises(ValueError, match=r"negdt.txt: dt: expected"):
+    with pytest.raises(
+        ValueError, match=r"negdt.txt: line 1: expected .# dt = PERIOD. with PERIOD > 0"
+    ):
         load_raw_log(tmp_path / "negdt.txt")
 
 

@@ -235,3 +235,99 @@ def test_models_difftaxel_cannot_compute_are_refused_in_one_line():
         mjcf_tactile(m, smoothing=-1.0)
     plain = mujoco.MjModel.from_xml_string("<mujoco><worldbody/></mujoco>")
     assert mjcf_tactile(plain) is None
+
+
+GRAD = """
+<mujoco>
+  <option timestep="0.002" iterations="1" ls_iterations="1"/>
+  <asset><mesh name="plate" builtin="plate" params="3 3" scale="0.02 0.02 0.005"/></asset>
+  <worldbody>
+    <geom name="pad" type="box" size="0.02 0.02 0.005"/>
+    <geom name="skin" type="mesh" mesh="plate" pos="0 0 0.0101" contype="0" conaffinity="0"/>
+    <body name="ball" pos="0 0 0.0145">
+      <joint name="x" type="slide" axis="1 0 0"/>
+      <joint name="z" type="slide" axis="0 0 1"/>
+      <geom name="ball" type="sphere" size="0.01" mass="0.02"/>
+    </body>
+  </worldbody>
+  <actuator><motor joint="x" gear="1"/></actuator>
+  <sensor><tactile name="touch" geom="skin" mesh="plate"/></sensor>
+</mujoco>"""
+
+
+@pytest.mark.slow  # one compilation of a 6-step MJX rollout and its gradient: ~25 s
+def test_gradients_through_mjx_step_match_finite_differences():
+    """A loss on the smooth tactile readings of a rollout (a ball pressed and pushed over the
+    plate), differentiated with respect to the initial velocity, the controls and the ball's
+    radius (a model parameter): float64 central differences. At zero depth and zero velocity
+    the gradients of the exact and smooth readings are finite."""
+    m = mujoco.MjModel.from_xml_string(GRAD)
+    mx = mjx.put_model(m)
+    d0 = mjx.make_data(mx)
+    T = 6
+
+    def loss_with(tac):
+        def loss(qvel0, u, r):
+            mxr = mx.replace(geom_size=mx.geom_size.at[2, 0].set(r))
+            _, sd = tactile_rollout(mxr, d0.replace(qvel=qvel0), tac, u)
+            return jnp.sum(sd**2) * 1e6
+
+        return loss
+
+    loss = loss_with(mjcf_tactile(m, smoothing=2e-4))
+    f = jax.jit(loss)
+    g = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
+    q0, u, r = jnp.array([0.02, -0.01]), jnp.full((T, 1), 0.01), 0.01
+    assert float(f(q0, u, r)) > 0.01
+    gq, gu, gr = g(q0, u, r)
+    h = 1e-6
+    for i in range(2):
+        e = jnp.zeros(2).at[i].set(h)
+        fd = float((f(q0 + e, u, r) - f(q0 - e, u, r)) / (2 * h))
+        assert float(gq[i]) == pytest.approx(fd, rel=1e-4, abs=1e-9)
+    for k in (0, 3):
+        e = jnp.zeros((T, 1)).at[k, 0].set(h)
+        fd = float((f(q0, u + e, r) - f(q0, u - e, r)) / (2 * h))
+        assert float(gu[k, 0]) == pytest.approx(fd, rel=1e-4, abs=1e-9)
+    fd = float((f(q0, u, r + 1e-7) - f(q0, u, r - 1e-7)) / 2e-7)
+    assert float(gr) == pytest.approx(fd, rel=1e-4)
+    # the ball resting exactly on the taxels' plane, still: no NaN either way
+    rest = d0.replace(qpos=jnp.array([0.0, 0.0101 - 0.005 + 0.01 - 0.0145]))
+    for smoothing in (0.0, 2e-4):
+        tac = mjcf_tactile(m, smoothing=smoothing)
+        g0 = jax.grad(
+            lambda q, tac=tac: jnp.sum(
+                tactile_rollout(mx, rest.replace(qpos=q), tac, jnp.zeros((2, 1)))[1] ** 2
+            )
+        )(rest.qpos)
+        assert np.all(np.isfinite(np.asarray(g0)))
+
+
+def test_difftaxel_forces_on_the_same_taxels():
+    """``tactile_kinematic``: KinematicTaxel probes on the tactile mesh's vertices (body frame)
+    read a force of magnitude k * (depth + r) where MuJoCo reads the depth (a sphere: the same
+    signed distance), pushing in against the taxel's outward normal."""
+    from difftaxel.mjx import sensor_inputs, tactile_kinematic
+
+    m = mujoco.MjModel.from_xml_string(model_xml(("sphere",)))
+    r, k = 1e-6, 500.0
+    tt = tactile_kinematic(m, "touch", probe_radius=r, normal_stiffness=k)
+    assert tt.sensor.n_probes == m.sensor_dim[0] // 3 and tt.frames.shape == (25, 3, 3)
+    states = random_states(m, 6, seed=11)
+    want = c_readings(m, states)
+    mx = mjx.put_model(m)
+    d0 = mjx.make_data(mx)
+    n = 25
+    for (q, v), c in zip(states, want):
+        d = mjx.forward(mx, d0.replace(qpos=jnp.asarray(q), qvel=jnp.asarray(v * 0)))
+        inp = sensor_inputs(tt.scene, m, d)
+        F = np.asarray(tt.sensor.step(tt.sensor.init_state(), inp)[1].ground_truth.force)
+        depth = c[:n]
+        on = depth > 0
+        if not on.any():
+            continue
+        np.testing.assert_allclose(np.linalg.norm(F[on], axis=1), k * (depth[on] + r), rtol=1e-6)
+        # the plate's normal is its third stored vector: the force pushes in against it
+        assert np.all(np.einsum("nd,nd->n", F[on], tt.frames[on, 2]) < 0)
+    with pytest.raises(ValueError, match=r"sensor: 'nope' is not a <tactile> sensor"):
+        tactile_kinematic(m, "nope")

@@ -57,8 +57,10 @@ from .scene import (
 )
 from .tactile import (
     MjcfTactile,
+    TactileTaxels,
     mjcf_tactile,
     mujoco_distance,
+    tactile_kinematic,
     tactile_readings,
     tactile_rollout,
     tactile_sensordata,
@@ -67,6 +69,8 @@ from .tactile import (
 
 __all__ = [
     "MjcfTactile",
+    "TactileTaxels",
+    "tactile_kinematic",
     "mjcf_tactile",
     "mujoco_distance",
     "tactile_readings",

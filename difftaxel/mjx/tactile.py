@@ -70,6 +70,8 @@ __all__ = [
     "tactile_rollout",
     "tactile_readings",
     "mujoco_distance",
+    "TactileTaxels",
+    "tactile_kinematic",
 ]
 
 _GT = mujoco.mjtGeom
@@ -485,3 +487,73 @@ def tactile_rollout(mx, d0, tac: MjcfTactile | None, controls):
         return d, d.sensordata
 
     return jax.lax.scan(step, d0, controls)
+
+
+# ----------------------------------------------------------------------------- difftaxel forces
+
+
+class TactileTaxels(NamedTuple):
+    """A ``<tactile>`` sensor's taxels as a difftaxel force sensor (:func:`tactile_kinematic`).
+
+    Attributes:
+      sensor: a :class:`~difftaxel.sensors.KinematicTaxel` whose probes are the mesh's vertices
+        in the sensor geom's **body** frame (m), with the imperfection chain it was given.
+      scene: the :class:`~difftaxel.mjx.MjxScene` of that body (its own geoms excluded).
+      frames: ``[N, 3, 3]`` each taxel's (normal, tangent 1, tangent 2) in the body frame: the
+        mesh's stored vectors (``mode="mujoco"``) or the corrected tangents with their normal.
+      sensor_index: the sensor's index in the model.
+    """
+
+    sensor: object
+    scene: object
+    frames: np.ndarray
+    sensor_index: int
+
+
+def tactile_kinematic(
+    m: mujoco.MjModel, sensor, *, mode: str = "mujoco", mesh: str = "hull", **options
+) -> TactileTaxels:
+    """The taxels of ``<tactile>`` sensor ``sensor`` (name or index) as difftaxel's
+    :class:`~difftaxel.sensors.KinematicTaxel` on the same vertices and frames: from
+    depths to forces (N) with the imperfection chain, without touching the model.
+
+    ``options`` are KinematicTaxel's (``probe_radius``, ``normal_stiffness``, ``imperfections``,
+    ...); ``mesh`` maps the sensed meshes (:func:`~difftaxel.mjx.scene_from_model`). Run it with
+    :func:`~difftaxel.mjx.rollout` (``sensor``, ``scene``); its forces are in the body frame,
+    ``np.einsum("nij,...nj->...ni", frames, force)`` takes them into taxel axes (normal,
+    tangent 1, tangent 2).
+    """
+    from ..sensors import KinematicTaxel
+    from .scene import scene_from_model
+
+    _check_mode(mode)
+    ids = np.flatnonzero(np.asarray(m.sensor_type) == int(mujoco.mjtSensor.mjSENS_TACTILE))
+    if isinstance(sensor, str):
+        i = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SENSOR, sensor)
+    else:
+        i = int(sensor)
+    if i not in ids:
+        raise ValueError(f"sensor: {sensor!r} is not a <tactile> sensor of the model")
+    mid, g = int(m.sensor_objid[i]), int(m.sensor_refid[i])
+    nv = int(m.mesh_vertnum[mid])
+    V = np.asarray(m.mesh_vert[m.mesh_vertadr[mid] : m.mesh_vertadr[mid] + nv], float)
+    R = np.zeros(9)
+    mujoco.mju_quat2Mat(R, np.asarray(m.geom_quat[g], float))
+    R = R.reshape(3, 3)
+    p_body = V @ R.T + np.asarray(m.geom_pos[g], float)
+    nn = int(m.mesh_normalnum[mid])
+    stored = np.asarray(m.mesh_normal[m.mesh_normaladr[mid] : m.mesh_normaladr[mid] + nn], float)
+    if nn == 3 * nv:
+        stored = stored.reshape(nv, 3, 3)
+        if mode == "corrected":
+            F = np.asarray(
+                m.mesh_face[m.mesh_faceadr[mid] : m.mesh_faceadr[mid] + m.mesh_facenum[mid]]
+            )
+            t = _corrected_frames(V, F, stored)
+            stored = np.concatenate([np.cross(t[:, 0], t[:, 1])[:, None], t], 1)
+        frames = np.einsum("ij,nkj->nki", R, stored)
+    else:
+        frames = np.full((nv, 3, 3), np.nan)
+    taxel = KinematicTaxel(probe_local_pos=p_body, **options)
+    body = int(m.geom_bodyid[g])
+    return TactileTaxels(taxel, scene_from_model(m, body, mesh=mesh), frames, i)
