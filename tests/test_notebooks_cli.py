@@ -45,9 +45,9 @@ def test_notebook_runs(name, monkeypatch):
                 exec(compile("".join(c["source"]), f"{name}[{i}]", "exec"), ns)  # noqa: S102
 
 
-def test_four_notebooks_exist():
+def test_five_notebooks_exist():
     names = sorted(p.name for p in NB.glob("*.ipynb"))
-    assert len(names) == 4
+    assert len(names) == 5
 
 
 @pytest.mark.slow  # 10-35 s; CI runs it with the slow cases

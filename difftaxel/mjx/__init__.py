@@ -15,6 +15,10 @@ Optional: ``pip install -e ".[mjx]"`` (``mujoco``, ``mujoco-mjx``); the core nev
   ``subtree_com[rootid]``; the origin's velocity is ``v_com + w x (x_body - subtree_com)``
   (checked against ``mj_objectVelocity``, which answers at the centre of mass ``xipos``). An optional contact mask gates the
   bodies touching the sensor in ``d.contact`` (Genesis-style gating).
+* :func:`mjcf_tactile` reads MuJoCo's own ``<tactile>`` sensors from the user's model and
+  :func:`tactile_step` / :func:`tactile_rollout` fill their ``sensordata`` inside ``mjx.step``
+  (MJX leaves them at zero), with the C engine's readings (:mod:`difftaxel.mjx.tactile`);
+  :func:`tactile_kinematic` puts difftaxel's force model on the same taxels.
 * :func:`grid_on_geom`, :func:`pattern_on_geom` (a DEX-01 pattern), :func:`layout_on_geom`
   (a measured fingertip layout) and :func:`project_to_surface` place taxels on a geom.
 * :func:`rollout` scans ``mjx.step`` and a sensor together; ``jax.vmap`` it over environments.
@@ -45,6 +49,7 @@ from .placement import (
     pattern_on_geom,
     project_to_surface,
     shadow_hand_path,
+    shadow_hand_with_tactile,
 )
 from .scene import (
     MjxScene,
@@ -91,6 +96,7 @@ __all__ = [
     "mujoco_quat_to_matrix",
     "ShadowHand",
     "shadow_hand_path",
+    "shadow_hand_with_tactile",
     "load_shadow_hand",
     "FINGERTIPS",
     "PAD_AND_BALL",

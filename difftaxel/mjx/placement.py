@@ -276,3 +276,82 @@ def load_shadow_hand(nx: int = 4, ny: int = 4, include_hand: bool = False, **sen
         excl = () if include_hand else [x for x in hand if x != b]
         scenes.append(scene_from_model(m, b, exclude_bodies=excl))
     return ShadowHand(m, FINGERTIPS, tuple(sensors), tuple(scenes))
+
+
+def shadow_hand_with_tactile(resolution: int = 7, links: str = "fingertips", thickness=1e-4):
+    """The Shadow Hand test model with MuJoCo ``<tactile>`` sensors, built as an MJCF user
+    would write them (``mujoco.MjSpec``): on each chosen link a ``resolution x resolution``
+    builtin ``plate`` mesh, a non-colliding mesh geom on the face of the link's collision geom
+    that faces the ball at the initial pose, and ``<tactile geom mesh>`` on it.
+
+    Args:
+      resolution: taxels per side of each plate.
+      links: ``"fingertips"`` (five) or ``"all"`` (every hand link with a collision geom).
+      thickness: the plate's scale along its normal (m).
+
+    Returns the compiled ``mujoco.MjModel``; its sensors are named ``tactile_<body>``.
+    """
+    if links not in ("fingertips", "all"):
+        raise ValueError(f"links: expected 'fingertips' or 'all', got {links!r}")
+    if not (isinstance(resolution, (int, np.integer)) and resolution >= 2):
+        raise ValueError(f"resolution: expected an int >= 2, got {resolution!r}")
+    m = mujoco.MjModel.from_xml_path(shadow_hand_path())
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    obj = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "object")
+    if links == "fingertips":
+        bodies = [_body_id(m, n) for n in FINGERTIPS]
+    else:
+        bodies = [
+            b
+            for b in range(1, m.nbody)
+            if b != obj
+            and any(
+                m.geom_bodyid[x] == b and (m.geom_contype[x] or m.geom_conaffinity[x])
+                for x in range(m.ngeom)
+            )
+        ]
+    spec = mujoco.MjSpec.from_file(shadow_hand_path())
+    for b in bodies:  # host-side, once
+        g = next(
+            x
+            for x in range(m.ngeom)
+            if m.geom_bodyid[x] == b and (m.geom_contype[x] or m.geom_conaffinity[x])
+        )
+        R = np.asarray(d.geom_xmat[g]).reshape(3, 3)
+        to_ball = R.T @ (d.xpos[obj] - d.geom_xpos[g])
+        k = int(np.argmax(np.abs(to_ball[:2])))
+        sign = 1.0 if to_ball[k] > 0 else -1.0
+        c, h = np.asarray(m.geom_aabb[g, :3]), np.asarray(m.geom_aabb[g, 3:])
+        u, v = [a for a in range(3) if a != k]
+        name = mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, b)
+        mesh = spec.add_mesh(name=f"tactile_{name}")
+        mesh.make_plate([int(resolution), int(resolution)])
+        mesh.scale = [0.9 * h[u], 0.9 * h[v], thickness]
+        # the plate's own axes (x, y, normal z) onto the geom's (u, v, +-k)
+        F = np.zeros((3, 3))
+        F[:, 0], F[:, 1] = np.eye(3)[u], np.eye(3)[v]
+        F[:, 2] = sign * np.eye(3)[k]
+        if np.linalg.det(F) < 0:
+            F[:, 0] = -F[:, 0]
+        q_face = np.zeros(4)
+        mujoco.mju_mat2Quat(q_face, F.reshape(-1))
+        q = np.zeros(4)
+        mujoco.mju_mulQuat(q, np.asarray(m.geom_quat[g], float), q_face)
+        offset = c + sign * (h[k] + thickness) * np.eye(3)[k]
+        Rg = mujoco_quat_to_matrix(m.geom_quat[g])
+        pos = np.asarray(m.geom_pos[g], float) + Rg @ offset
+        skin = spec.body(name).add_geom()
+        skin.name = f"tactile_{name}"
+        skin.type = mujoco.mjtGeom.mjGEOM_MESH
+        skin.meshname = mesh.name
+        skin.pos, skin.quat = pos, q
+        skin.contype = skin.conaffinity = 0
+        skin.mass = 0.0
+        skin.group = 4
+        s = spec.add_sensor()
+        s.name = f"tactile_{name}"
+        s.type = mujoco.mjtSensor.mjSENS_TACTILE
+        s.objtype, s.objname = mujoco.mjtObj.mjOBJ_MESH, mesh.name
+        s.reftype, s.refname = mujoco.mjtObj.mjOBJ_GEOM, skin.name
+    return spec.compile()
