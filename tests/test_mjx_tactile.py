@@ -331,3 +331,37 @@ def test_difftaxel_forces_on_the_same_taxels():
         assert np.all(np.einsum("nd,nd->n", F[on], tt.frames[on, 2]) < 0)
     with pytest.raises(ValueError, match=r"sensor: 'nope' is not a <tactile> sensor"):
         tactile_kinematic(m, "nope")
+
+
+def test_a_convex_mesh_with_an_octree_is_refused_or_read_through_its_hull():
+    """MuJoCo reads a mesh through its octree's trilinear field (``needsdf``); difftaxel
+    refuses it by default and with ``meshes="hull"`` reads its convex hull's exact distance.
+    Measured on a box-shaped mesh (16 x 12 x 10 mm), 32 random presses: the same taxels touched,
+    the same sliding speeds, depths equal to ~1e-10 at most taxels and up to ~0.5 mm near the
+    mesh's edges (the octree rounds them)."""
+    box = " ".join(
+        f"{x * 0.008} {y * 0.006} {z * 0.005}" for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)
+    )
+    xml = (
+        model_xml(("sphere",))
+        .replace("</asset>", f'<mesh name="blk" vertex="{box}"/></asset>')
+        .replace('<geom type="sphere" size="0.01"/>', '<geom type="mesh" mesh="blk"/>')
+    )
+    spec = mujoco.MjSpec.from_string(xml)
+    spec.mesh("blk").needsdf = True
+    m = spec.compile()
+    assert int(m.mesh_octadr[m.mesh("blk").id]) >= 0
+    with pytest.raises(ValueError, match=r"senses geom .* octree SDF .*meshes='hull'"):
+        mjcf_tactile(m)
+    with pytest.raises(ValueError, match=r"meshes: expected"):
+        mjcf_tactile(m, meshes="octree")
+    states = random_states(m, 32, seed=7)
+    want = c_readings(m, states)
+    got = mjx_readings(m, states, meshes="hull")
+    n = m.sensor_dim[0] // 3
+    touched = want[:, :n] > 0
+    assert touched.sum() > 20
+    np.testing.assert_array_equal(got[:, :n] > 0, touched)
+    np.testing.assert_allclose(got[:, n:], want[:, n:], rtol=1e-9, atol=1e-12)
+    diff = np.abs(got[:, :n] - want[:, :n])[touched]
+    assert np.median(diff) < 1e-8 and diff.max() < 1e-3

@@ -19,8 +19,10 @@ installed ``mujoco`` 3.17.0, whose readings the tests match to 1e-12):
   (``engine_collision_sdf.c``): exact for sphere, capsule and the outside of a box; the box's
   inside is a field that turns from radial to the face normals; cylinder; MuJoCo's ellipsoid
   approximation ``k0 (k0 - 1) / k1``; plane ``z``. Mesh geoms are sensed only through an octree
-  (``needsdf``); MuJoCo skips meshes without one, and so does this (a mesh *with* an octree, an
-  SDF plugin, a height field or a flex is refused: see :func:`mjcf_tactile`).
+  (``needsdf``); MuJoCo skips meshes without one, and so does this. A mesh *with* an octree is
+  refused, or with ``meshes="hull"`` read through its convex hull's exact distance instead of
+  MuJoCo's trilinear octree field (the difference is the octree's interpolation error); an SDF
+  plugin, a height field or a flex is refused (see :func:`mjcf_tactile`).
 * **Tangential channels**: ``sum_g |v_rel . t_k|`` over the geoms that penetrate the taxel,
   ``v_rel`` the sensor body's velocity minus the sensed body's, both at the taxel (MuJoCo
   3.17.0; the C source of mid-2026 took the sensed body's at its geom's centre, which a
@@ -88,11 +90,14 @@ _SDF_TYPES = (
 
 class _Pairs(NamedTuple):
     """The (sensor, geom) pairs of one geom type: ``sensor [P]``, ``geom [P]`` indices,
-    ``size [P, 3]`` (MuJoCo's half-sizes, m)."""
+    ``size [P, 3]`` (MuJoCo's half-sizes, m); for meshes their hulls' face planes
+    ``normals [P, F, 3]`` and ``offsets [P, F]`` (padded faces: offset ``+inf``)."""
 
     sensor: Array
     geom: Array
     size: Array
+    normals: Array | None = None
+    offsets: Array | None = None
 
 
 @pytree_dataclass
@@ -200,7 +205,9 @@ def _candidate_pairs(m) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b, _ in geom_pairs(m)]
 
 
-def mjcf_tactile(m: mujoco.MjModel, *, mode: str = "mujoco", smoothing: float = 0.0):
+def mjcf_tactile(
+    m: mujoco.MjModel, *, mode: str = "mujoco", smoothing: float = 0.0, meshes: str = "refuse"
+):
     """Read every ``<tactile>`` sensor of ``m`` (a ``mujoco.MjModel``) for MJX.
 
     Args:
@@ -208,6 +215,10 @@ def mjcf_tactile(m: mujoco.MjModel, *, mode: str = "mujoco", smoothing: float = 
       mode: ``"mujoco"`` (the C engine's readings, its quirk included) or ``"corrected"``
         (tangents in each taxel's tangent plane); see the module docstring.
       smoothing: 0 (exact) or a length (m) for the smooth readings (gradients before contact).
+      meshes: what to do with a sensed mesh that has an octree SDF (``needsdf``), which MuJoCo
+        reads through that octree's trilinear field: ``"refuse"`` (default: an error) or
+        ``"hull"``: its convex hull's exact signed distance instead (a documented departure:
+        the octree's interpolation error, measured in the tests, is the difference).
 
     Returns an :class:`MjcfTactile`, or None when ``m`` has no tactile sensor.
 
@@ -218,6 +229,8 @@ def mjcf_tactile(m: mujoco.MjModel, *, mode: str = "mujoco", smoothing: float = 
     """
     _check_mode(mode)
     smoothing = _check_smoothing(smoothing)
+    if meshes not in ("refuse", "hull"):
+        raise ValueError(f"meshes: expected 'refuse' or 'hull', got {meshes!r}")
     ids = np.flatnonzero(np.asarray(m.sensor_type) == int(mujoco.mjtSensor.mjSENS_TACTILE))
     if ids.size == 0:
         return None
@@ -277,13 +290,15 @@ def mjcf_tactile(m: mujoco.MjModel, *, mode: str = "mujoco", smoothing: float = 
             t = int(m.geom_type[o])
             gname = f"geom {_name(m, mujoco.mjtObj.mjOBJ_GEOM, o)}"
             if t == int(_GT.mjGEOM_MESH):
-                if int(m.mesh_octadr[m.geom_dataid[o]]) != -1:
+                if int(m.mesh_octadr[m.geom_dataid[o]]) == -1:
+                    continue  # no octree: MuJoCo skips it
+                if meshes == "refuse":
                     raise ValueError(
                         f"{what}: senses {gname}, a mesh with an octree SDF (needsdf), which "
-                        "difftaxel does not compute; MuJoCo skips meshes without one"
+                        "MuJoCo interpolates; pass meshes='hull' for its convex hull's exact "
+                        "distance (MuJoCo skips meshes without an octree)"
                     )
-                continue  # no octree: MuJoCo skips it
-            if t not in _SDF_TYPES:
+            elif t not in _SDF_TYPES:
                 raise ValueError(
                     f"{what}: senses {gname} of type {_GT(t).name}, which has no signed "
                     "distance here (MuJoCo's C engine raises on it too, or needs a plugin)"
@@ -299,14 +314,22 @@ def mjcf_tactile(m: mujoco.MjModel, *, mode: str = "mujoco", smoothing: float = 
                 cutoff.append(c if c > 0 else np.inf)
     types = tuple(sorted(by_type))
     sizes = np.asarray(m.geom_size, float)
-    pair_groups = tuple(
-        _Pairs(
-            jnp.asarray([s for s, _ in by_type[t]], jnp.int32),
-            jnp.asarray([o for _, o in by_type[t]], jnp.int32),
-            jnp.asarray(sizes[[o for _, o in by_type[t]]]),
+    pair_groups = []
+    for t in types:  # host-side, a few geom types
+        sens, geoms = [s for s, _ in by_type[t]], [o for _, o in by_type[t]]
+        nrm = off = None
+        if t == int(_GT.mjGEOM_MESH):
+            nrm, off = _hull_planes(m, geoms)
+        pair_groups.append(
+            _Pairs(
+                jnp.asarray(sens, jnp.int32),
+                jnp.asarray(geoms, jnp.int32),
+                jnp.asarray(sizes[geoms]),
+                nrm,
+                off,
+            )
         )
-        for t in types
-    )
+    pair_groups = tuple(pair_groups)
     src = np.asarray(out_source)
     keep = src >= 0  # channels past the third (none in MuJoCo 3.17) stay 0
     dt = jnp.result_type(float)
@@ -331,6 +354,25 @@ def mjcf_tactile(m: mujoco.MjModel, *, mode: str = "mujoco", smoothing: float = 
         mode=mode,
         smoothing=smoothing,
     )
+
+
+def _hull_planes(m, geoms):
+    """Face planes of each mesh geom's convex hull (geom frame): ``normals [P, F, 3]``,
+    ``offsets [P, F]``, padded to the most faces with planes that never win the max."""
+    from ..geometry import ConvexHull
+
+    hulls = []
+    for g in geoms:  # host-side, once per model
+        mid = int(m.geom_dataid[g])
+        v = np.asarray(m.mesh_vert[m.mesh_vertadr[mid] : m.mesh_vertadr[mid] + m.mesh_vertnum[mid]])
+        h = ConvexHull.from_points(v)
+        hulls.append((np.asarray(h.normals), np.asarray(h.offsets)))
+    F = max(len(o) for _, o in hulls)
+    nrm = np.zeros((len(hulls), F, 3))
+    off = np.full((len(hulls), F), np.inf)
+    for i, (n, o) in enumerate(hulls):
+        nrm[i, : len(o)], off[i, : len(o)] = n, o
+    return jnp.asarray(nrm), jnp.asarray(off)
 
 
 # ----------------------------------------------------------------------------- distances
@@ -429,7 +471,14 @@ def tactile_readings(tac: MjcfTactile, d) -> Array:
             gate = jnp.any(hits & (dist <= margin)[None], -1).astype(dtype)
         R_g, p_g = d.geom_xmat[g], d.geom_xpos[g]  # [P, 3, 3], [P, 3]
         local = jnp.einsum("pji,pnj->pni", R_g, x[s] - p_g[:, None])  # R^T (x - p)
-        sd = mujoco_distance(t, local, pr.size.astype(dtype)[:, None])  # [P, N]
+        if pr.normals is not None:  # a mesh's convex hull: the largest face-plane distance
+            sd = jnp.max(
+                jnp.einsum("pnd,pfd->pnf", local, pr.normals.astype(dtype))
+                - pr.offsets.astype(dtype)[:, None],
+                -1,
+            )
+        else:
+            sd = mujoco_distance(t, local, pr.size.astype(dtype)[:, None])  # [P, N]
         if w > 0:
             pen = smooth_relu(-sd, w)
             touch = jax.nn.sigmoid(-sd / w)
