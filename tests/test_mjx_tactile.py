@@ -204,7 +204,7 @@ def test_the_corrected_mode_reads_slip_in_the_plate():
     q[7:10] = [0, 0, 0.015]  # the ball 0.6 mm into the central taxel, pad turned 30 deg
     v = np.zeros(m.nv)
     v[6:9] = [0.04, 0.0, 0.0]  # sliding along world x
-    d = mjx.forward(mx, d0.replace(qpos=jnp.asarray(q), qvel=jnp.asarray(v)))
+    d = jax.jit(mjx.forward)(mx, d0.replace(qpos=jnp.asarray(q), qvel=jnp.asarray(v)))
     n = m.sensor_dim[0] // 3
     exact = np.asarray(tactile_readings(mjcf_tactile(m), d))[0, :, :n]
     fixed = np.asarray(tactile_readings(mjcf_tactile(m, mode="corrected"), d))[0, :, :n]
@@ -318,8 +318,9 @@ def test_difftaxel_forces_on_the_same_taxels():
     mx = mjx.put_model(m)
     d0 = mjx.make_data(mx)
     n = 25
+    forward = jax.jit(mjx.forward)
     for (q, v), c in zip(states, want):
-        d = mjx.forward(mx, d0.replace(qpos=jnp.asarray(q), qvel=jnp.asarray(v * 0)))
+        d = forward(mx, d0.replace(qpos=jnp.asarray(q), qvel=jnp.asarray(v * 0)))
         inp = sensor_inputs(tt.scene, m, d)
         F = np.asarray(tt.sensor.step(tt.sensor.init_state(), inp)[1].ground_truth.force)
         depth = c[:n]
