@@ -127,6 +127,10 @@ def test_a_plane_several_contacts_and_cutoff():
     assert np.max(want) == pytest.approx(0.0008)  # the cutoff bites
     got = mjx_readings(m, states)
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+    # the smooth readings tend to the exact ones as their width goes to 0
+    smooth = mjx_readings(m, states, smoothing=1e-9)
+    np.testing.assert_allclose(smooth, want, rtol=0, atol=1e-7)
+    assert np.all(np.isfinite(smooth))
 
 
 WEDGE = """
@@ -228,7 +232,13 @@ def test_models_difftaxel_cannot_compute_are_refused_in_one_line():
         '<mesh name="cube" builtin="supersphere" params="8 1 1" scale="0.01 0.01 0.01"/>',
     ).replace('mesh="plate"/></body>', 'mesh="cube"/></body>')
     m = mujoco.MjModel.from_xml_string(xml)
-    assert mjcf_tactile(m) is not None  # a mesh without an octree: skipped, as MuJoCo does
+    tac = mjcf_tactile(m)
+    assert tac is not None  # a mesh without an octree: skipped, as MuJoCo does
+    assert tac.replace(mode="corrected", smoothing=1e-4).smoothing == 1e-4
+    with pytest.raises(ValueError, match=r"only mode and smoothing change"):
+        tac.replace(vertices=tac.vertices)
+    with pytest.raises(ValueError, match=r"smoothing: expected a finite length"):
+        tac.replace(smoothing=np.nan)
     with pytest.raises(ValueError, match=r"mode: expected"):
         mjcf_tactile(m, mode="exact")
     with pytest.raises(ValueError, match=r"smoothing: expected a finite length"):
