@@ -87,6 +87,12 @@ SLOW_VARIANTS = {
     "test_numerics.py::test_affine_planes_value_jvp_and_grad[2-shape1]",
     "test_cli_edges.py::test_ctrl_c_stops_the_demo_and_keeps_the_previous_outputs[fitting]",
     "test_uncertainty.py::test_a_dead_band_at_the_rest_end_is_named_with_the_flag_that_censors_it",
+    "test_pair_windows.py::test_window_too_small_falls_back_to_every_probe",
+    "test_imperfections.py::test_sharding_8_devices_matches_one",
+    "test_mjx.py::test_mjx_measured_fingertip_layout_on_a_geom",
+    "test_vmap_envs.py::test_gradient_matches_finite_differences_and_bool_leaves_pass_through",
+    "test_pointcloud.py::test_scene14_elastomer_ring_sphere_ground",
+    "test_rawmodel.py::test_several_logs_share_the_curve_with_offsets_per_log_and_weights",
 }
 
 

@@ -215,6 +215,25 @@ def pad_and_ball(nx: int = 4, ny: int = 4, extent: float = 0.6, **sensor_options
     return m, sensor, scene_from_model(m, "pad")
 
 
+def _colliders(m, body) -> list:
+    """The geoms of ``body`` that collide with something."""
+    return [
+        g
+        for g in range(m.ngeom)
+        if m.geom_bodyid[g] == body and (m.geom_contype[g] or m.geom_conaffinity[g])
+    ]
+
+
+def _collider_facing(m, d, body, target):
+    """``(geom, axis, side)``: ``body``'s first collision geom, and the axis (0: x, 1: y) and
+    side (+1 or -1) of that geom's frame facing ``target``'s origin in ``d`` (an MjData)."""
+    g = _colliders(m, body)[0]
+    R = np.asarray(d.geom_xmat[g]).reshape(3, 3)
+    to = R.T @ (d.xpos[target] - d.geom_xpos[g])
+    k = int(np.argmax(np.abs(to[:2])))
+    return g, k, 1.0 if to[k] > 0 else -1.0
+
+
 FINGERTIPS = ("rh_ffdistal", "rh_mfdistal", "rh_rfdistal", "rh_lfdistal", "rh_thdistal")
 
 
@@ -262,15 +281,8 @@ def load_shadow_hand(nx: int = 4, ny: int = 4, include_hand: bool = False, **sen
     sensors, scenes = [], []
     for name in FINGERTIPS:  # five fingertips, host-side
         b = _body_id(m, name)
-        g = next(
-            x
-            for x in range(m.ngeom)
-            if m.geom_bodyid[x] == b and (m.geom_contype[x] or m.geom_conaffinity[x])
-        )
-        R = np.asarray(d.geom_xmat[g]).reshape(3, 3)
-        to_ball = R.T @ (d.xpos[obj] - d.geom_xpos[g])
-        k = int(np.argmax(np.abs(to_ball[:2])))
-        face = ("+" if to_ball[k] > 0 else "-") + "xy"[k]
+        g, k, sign = _collider_facing(m, d, b, obj)
+        face = ("+" if sign > 0 else "-") + "xy"[k]
         pos, _ = grid_on_geom(m, g, nx, ny, face=face)
         sensors.append(KinematicTaxel(probe_local_pos=pos, **opts))
         excl = () if include_hand else [x for x in hand if x != b]
@@ -302,26 +314,10 @@ def shadow_hand_with_tactile(resolution: int = 7, links: str = "fingertips", thi
     if links == "fingertips":
         bodies = [_body_id(m, n) for n in FINGERTIPS]
     else:
-        bodies = [
-            b
-            for b in range(1, m.nbody)
-            if b != obj
-            and any(
-                m.geom_bodyid[x] == b and (m.geom_contype[x] or m.geom_conaffinity[x])
-                for x in range(m.ngeom)
-            )
-        ]
+        bodies = [b for b in range(1, m.nbody) if b != obj and _colliders(m, b)]
     spec = mujoco.MjSpec.from_file(shadow_hand_path())
     for b in bodies:  # host-side, once
-        g = next(
-            x
-            for x in range(m.ngeom)
-            if m.geom_bodyid[x] == b and (m.geom_contype[x] or m.geom_conaffinity[x])
-        )
-        R = np.asarray(d.geom_xmat[g]).reshape(3, 3)
-        to_ball = R.T @ (d.xpos[obj] - d.geom_xpos[g])
-        k = int(np.argmax(np.abs(to_ball[:2])))
-        sign = 1.0 if to_ball[k] > 0 else -1.0
+        g, k, sign = _collider_facing(m, d, b, obj)
         c, h = np.asarray(m.geom_aabb[g, :3]), np.asarray(m.geom_aabb[g, 3:])
         u, v = [a for a in range(3) if a != k]
         name = mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, b)
