@@ -37,6 +37,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     ) from None
 
 from .forces import ForceMatch, contact_force_on, fit_taxel_forces, taxel_forces_over, trajectory
+from .mujoco_sdf import mujoco_distance
 from .placement import (
     FINGERTIPS,
     PAD_AND_BALL,
@@ -64,7 +65,6 @@ from .tactile import (
     MjcfTactile,
     TactileTaxels,
     mjcf_tactile,
-    mujoco_distance,
     tactile_kinematic,
     tactile_readings,
     tactile_rollout,

@@ -59,8 +59,9 @@ import mujoco
 import numpy as np
 from mujoco import mjx as _mjx
 
-from .._numerics import safe_norm, smooth_relu
+from .._numerics import smooth_relu
 from .._pytree import pytree_dataclass, static_field
+from .mujoco_sdf import SDF_TYPES, mujoco_distance
 
 Array = jax.Array
 
@@ -71,21 +72,11 @@ __all__ = [
     "tactile_step",
     "tactile_rollout",
     "tactile_readings",
-    "mujoco_distance",
     "TactileTaxels",
     "tactile_kinematic",
 ]
 
 _GT = mujoco.mjtGeom
-#: geom types whose MuJoCo signed distance is computed here
-_SDF_TYPES = (
-    int(_GT.mjGEOM_PLANE),
-    int(_GT.mjGEOM_SPHERE),
-    int(_GT.mjGEOM_CAPSULE),
-    int(_GT.mjGEOM_ELLIPSOID),
-    int(_GT.mjGEOM_CYLINDER),
-    int(_GT.mjGEOM_BOX),
-)
 
 
 class _Pairs(NamedTuple):
@@ -298,7 +289,7 @@ def mjcf_tactile(
                         "MuJoCo interpolates; pass meshes='hull' for its convex hull's exact "
                         "distance (MuJoCo skips meshes without an octree)"
                     )
-            elif t not in _SDF_TYPES:
+            elif t not in SDF_TYPES:
                 raise ValueError(
                     f"{what}: senses {gname} of type {_GT(t).name}, which has no signed "
                     "distance here (MuJoCo's C engine raises on it too, or needs a plugin)"
@@ -373,56 +364,6 @@ def _hull_planes(m, geoms):
     for i, (n, o) in enumerate(hulls):
         nrm[i, : len(o)], off[i, : len(o)] = n, o
     return jnp.asarray(nrm), jnp.asarray(off)
-
-
-# ----------------------------------------------------------------------------- distances
-
-
-def _box(x, size):
-    """MuJoCo's box distance: exact outside; inside, the distance along a unit field that
-    turns from radial to the face normals (``radialField3d``)."""
-    a = jnp.abs(x) - size
-    outside = jnp.any(a >= 0, -1)
-    d_out = safe_norm(jnp.maximum(a, 0.0)) + jnp.minimum(jnp.max(a, -1), 0.0)
-    a_in = jnp.where(outside[..., None], -1.0, a)  # strictly negative inside
-    field = -size / a_in
-    field = field / safe_norm(field, keepdims=True)
-    t = -a_in / jnp.abs(field)
-    d_in = -jnp.min(t, -1) * safe_norm(field)
-    return jnp.where(outside, d_out, d_in)
-
-
-def _ellipsoid(x, size):
-    a = x / size
-    b = a / size
-    k0, k1 = safe_norm(a), safe_norm(b)
-    return k0 * (k0 - 1.0) / jnp.where(k1 > 0, k1, 1.0)
-
-
-def _cylinder(x, size):
-    a = jnp.stack([safe_norm(x[..., :2]) - size[..., 0], jnp.abs(x[..., 2]) - size[..., 1]], -1)
-    return jnp.minimum(jnp.max(a, -1), 0.0) + safe_norm(jnp.maximum(a, 0.0))
-
-
-def _capsule(x, size):
-    z = x[..., 2] - jnp.clip(x[..., 2], -size[..., 1], size[..., 1])
-    return safe_norm(jnp.stack([x[..., 0], x[..., 1], z], -1)) - size[..., 0]
-
-
-_DISTANCE = {
-    int(_GT.mjGEOM_PLANE): lambda x, size: x[..., 2],
-    int(_GT.mjGEOM_SPHERE): lambda x, size: safe_norm(x) - size[..., 0],
-    int(_GT.mjGEOM_CAPSULE): _capsule,
-    int(_GT.mjGEOM_ELLIPSOID): _ellipsoid,
-    int(_GT.mjGEOM_CYLINDER): _cylinder,
-    int(_GT.mjGEOM_BOX): _box,
-}
-
-
-def mujoco_distance(geom_type: int, x_local: Array, size: Array) -> Array:
-    """MuJoCo's signed distance ``[...]`` (m) of points ``x_local [..., 3]`` in a geom's frame,
-    for ``geom_type`` (an ``mjtGeom``), with MuJoCo's half-sizes ``size [..., 3]``."""
-    return _DISTANCE[int(geom_type)](x_local, size)
 
 
 # ----------------------------------------------------------------------------- readings

@@ -40,17 +40,10 @@ Logs: plain text with two columns ``raw force`` or three ``time raw force`` (tim
 log is in **sample units** (``dt = None``): ``tau`` is then in samples.
 """
 
-from .fit import (
-    RawFit,
-    RawParams,
-    dead_band_warnings,
-    fit_raw_model,
-    load_raw_params,
-    predict,
-    save_raw_params,
-)
+from .fit import RawFit, dead_band_warnings, fit_raw_model
 from .logs import RawLog, Saturation, detect_saturation, detect_sign, load_raw_log
 from .model import raw_to_force
+from .params import RawParams, load_raw_params, predict, save_raw_params
 
 __all__ = [
     "RawLog",
