@@ -109,7 +109,7 @@ class MjcfTactile:
         ``[D]``: which entry of the padded ``[S, 3, N]`` readings it is.
       cutoff: ``[D]`` (``inf`` where a sensor has none).
 
-    Static: ``types`` (geom types of ``pairs``), ``n_sensors``, ``mode``, ``smoothing``.
+    Static: ``types`` (geom types of ``pairs``), ``mode``, ``smoothing``.
     """
 
     vertices: Array
@@ -127,7 +127,6 @@ class MjcfTactile:
     out_source: Array
     cutoff: Array
     types: tuple = static_field(())
-    n_sensors: int = static_field(0)
     mode: str = static_field("mujoco")
     smoothing: float = static_field(0.0)
 
@@ -341,7 +340,6 @@ def mjcf_tactile(
         out_source=jnp.asarray(src[keep], jnp.int32),
         cutoff=jnp.asarray(np.asarray(cutoff)[keep], dt),
         types=types,
-        n_sensors=S,
         mode=mode,
         smoothing=smoothing,
     )
