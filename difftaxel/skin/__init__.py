@@ -27,9 +27,15 @@ than moving to a worse answer. A held-out set of frames checks the fit.
 :func:`press_plan` designs the excitation: a spherical indenter pressed at every taxel's
 nominal site, at several depths, centred and offset along both tangents, so the contact
 direction at each taxel varies by tens of degrees. With normal readings only, the depth profile
-fixes the position and the varying direction fixes the normal.
+fixes the position and the varying direction fixes the normal. A plan designed from a nominal
+layout misses taxels far from their nominal sites: :func:`next_presses` plans presses where a
+fit left taxels unidentified (at their reading-weighted contact centre, or a searched disc
+when nothing touched them), and :func:`calibrate_adaptively` runs plan -> record -> fit until a
+target identified fraction or a press budget. :mod:`difftaxel.skin.standins` builds synthetic
+skins with known answers.
 """
 
+from .adaptive import AdaptiveFit, calibrate_adaptively, concat_scenes, next_presses, press_scene
 from .fit import LayoutFit, calibrate_layout
 from .layout import (
     LinkLayout,
@@ -53,4 +59,9 @@ __all__ = [
     "LayoutFit",
     "calibrate_layout",
     "layout_errors",
+    "AdaptiveFit",
+    "calibrate_adaptively",
+    "next_presses",
+    "press_scene",
+    "concat_scenes",
 ]
