@@ -44,8 +44,23 @@ from .fit import RawFit, dead_band_warnings, fit_raw_model
 from .logs import RawLog, Saturation, detect_saturation, detect_sign, load_raw_log
 from .model import raw_to_force
 from .params import RawParams, load_raw_params, predict, save_raw_params
+from .triaxial import TriaxialFit, TriaxialModel, fit_triaxial
+from .triaxial_params import load_triaxial, predict_triaxial, save_triaxial
+from .vector import VectorLog, WrenchLog, coarse_lag, load_vector_log, load_wrench_log, wrench_at
 
 __all__ = [
+    "VectorLog",
+    "WrenchLog",
+    "load_vector_log",
+    "load_wrench_log",
+    "coarse_lag",
+    "wrench_at",
+    "TriaxialFit",
+    "TriaxialModel",
+    "fit_triaxial",
+    "predict_triaxial",
+    "save_triaxial",
+    "load_triaxial",
     "RawLog",
     "RawFit",
     "RawParams",

@@ -67,6 +67,7 @@ def magnetic_array(
     noise_raw: float = 20.0,
     noise_force: float = 0.03,
     noise_torque: float = 3e-4,
+    noise_ar: float = 0.0,
 ):
     """A 2 x 2 three-axis magnetic array over a force/torque sensor: ``(raws, refs, positions,
     truth)``.
@@ -81,7 +82,8 @@ def magnetic_array(
     ``creep_tau`` s driven by the force (the elastomer creeps), ``q`` a stiffening of
     ``quadratic`` (relative) at ``max_force`` in the normal direction, ``G`` each taxel's own
     response (about 300/300/700 uT per N in x/y/z, turned by a few degrees) plus ``coupling``
-    times it from each neighbour. Each session starts with 1 s at rest, then presses one
+    times it from each neighbour. The raw noise is AR(1) with coefficient ``noise_ar`` (0: white)
+    and standard deviation ``noise_raw``. Each session starts with 1 s at rest, then presses one
     taxel at a time: normal force up to ``max_force`` N (compression is +z here, pushing into the
     array as the sensor reads it), shear up to 30 % of it, 0.4 s rise, 0.2-0.6 s hold.
     """
@@ -137,7 +139,10 @@ def magnetic_array(
         stiff = quadratic / max_force * np.stack([0 * f[..., 2], 0 * f[..., 2], f[..., 2] ** 2], -1)
         u = f - stiff + creep * m
         b = offsets[s] + (u.reshape(n_raw, -1) @ G.T).reshape(n_raw, N, 3)
-        b = b + rng.normal(0, noise_raw, b.shape)
+        e = rng.normal(0, noise_raw * np.sqrt(1 - noise_ar**2), b.shape)
+        for k in range(1, n_raw):  # AR(1) raw noise (stationary std noise_raw), host, once
+            e[k] += noise_ar * e[k - 1]
+        b = b + e
         n_ref = int(duration * ref_rate)
         t_true = np.arange(n_ref) / ref_rate
         fr, _ = load(t_true)

@@ -34,9 +34,10 @@ on its profile). Taxel forces come from the wrench:
   (where the torque cannot tell) belongs to the nearest sample above it.
 * ``pressed=[...]``: the pressed taxel per skin sample of each session, when known.
 
-Standard deviations are **sandwich** estimates over blocks of consecutive samples (batch means,
-blocks four times the residuals' correlation length): honest when residuals are correlated in
-time, as they are at 100 Hz; the Gauss-Newton (white-noise) ones are reported beside them. Both
+Standard deviations are **sandwich** estimates over blocks of consecutive samples (blocks four
+times the residuals' correlation length, each block's residuals corrected to what they would be
+had it been left out: the clustered jackknife, CR3): honest when residuals are correlated in
+time, as they are at 100 Hz, and when a weight is informed by few blocks; the Gauss-Newton (white-noise) ones are reported beside them. Both
 are invariant to the parameters' units (:func:`~difftaxel.calibrate.scaled_inverse`); a
 parameter the data does not determine gets an infinite std and is named.
 """
@@ -59,7 +60,7 @@ from .vector import (
     wrench_at,
 )
 
-__all__ = ["TriaxialModel", "TriaxialFit", "fit_triaxial", "predict_triaxial", "tare_offset"]
+__all__ = ["TriaxialModel", "TriaxialFit", "fit_triaxial", "tare_offset"]
 
 _GOLD = (np.sqrt(5) - 1) / 2
 
@@ -546,6 +547,7 @@ def _covariance(W, parts, mask, extra):
     res = [(y - X @ W.T)[ok] for X, y, ok in parts]
     block = int(min(4 * _correlation_length(res), max(1, min(r.shape[0] for r in res) // 8)))
     H = np.zeros((P + E, P + E))
+    XtX = sum(X[ok].T @ X[ok] for X, _, ok in parts)
     scores, n_res, rss = [], 0, 0.0
     for s, ((X, y, ok), e) in enumerate(zip(parts, res)):
         Xs = X[ok]
@@ -566,11 +568,16 @@ def _covariance(W, parts, mask, extra):
         rss += float(np.sum(e * e))
         for b0 in range(0, e.shape[0], block):  # host: one score per block
             sl = slice(b0, b0 + block)
+            # the block's residuals as if it had been left out of the fit (a weight informed by
+            # few blocks is fitted to them, and their residuals understate its noise): the
+            # clustered jackknife's correction, CR3, applied to the shared linear part
+            xb = Xs[sl]
+            eb = e[sl] + xb @ np.linalg.lstsq(XtX - xb.T @ xb, xb.T @ e[sl], rcond=1e-12)[0]
             g = np.zeros(P + E)
-            g[:P] = (e[sl].T @ Xs[sl]).reshape(-1)
+            g[:P] = (eb.T @ xb).reshape(-1)
             for a, da in enumerate(dp):
                 if da is not None:
-                    g[P + a] = float(np.sum(da[sl] * e[sl]))
+                    g[P + a] = float(np.sum(da[sl] * eb))
             scores.append(g)
     G = np.asarray(scores)
     sel = np.concatenate([mask.reshape(-1), np.ones(E, bool)])
@@ -582,61 +589,3 @@ def _covariance(W, parts, mask, extra):
     white[sel] = np.where(und, np.inf, np.sqrt(np.clip(sigma2 * np.diagonal(Hinv), 0, None)))
     std[~sel] = white[~sel] = 0.0  # structurally zero weights (outside the coupling radius)
     return std, white, block
-
-
-# ----------------------------------------------------------------------------- prediction
-
-
-def _inverse_step(W, spec_degree, has_creep):
-    """One sample of the model's inverse: Newton on ``W psi(u) = r`` for ``u``."""
-    N3 = W.shape[0]
-
-    def psi(u, m_prev, u_prev, a):
-        m = a * m_prev + (u - u_prev) if has_creep else None
-        cols = [u, _monomials(u.reshape(-1, 3), spec_degree).reshape(-1)]
-        return jnp.concatenate(cols + ([m] if has_creep else []))
-
-    def step(carry, inp):
-        m_prev, u_prev = carry
-        r, a = inp
-        lin = W[:, :N3] + (W[:, -N3:] if has_creep else 0.0)
-        u = jnp.linalg.solve(lin, r - (W[:, -N3:] @ (a * m_prev - u_prev) if has_creep else 0.0))
-        def resid(v):
-            return W @ psi(v, m_prev, u_prev, a) - r
-
-        for _ in range(4):  # damped Newton from the linear solution: a step never raises |g|
-            g = resid(u)
-            d = jnp.linalg.solve(jax.jacfwd(resid)(u), g)
-            d = jnp.where(jnp.all(jnp.isfinite(d)), d, 0.0)
-            cands = jnp.stack([u - t * d for t in (1.0, 0.5, 0.25, 0.0)])
-            cost = jnp.sum(jax.vmap(resid)(cands) ** 2, -1)
-            u = cands[jnp.argmin(cost)]
-        m = a * m_prev + (u - u_prev) if has_creep else m_prev
-        return (m, u), u
-
-    return step
-
-
-def predict_triaxial(model, log: VectorLog, offset=None) -> np.ndarray:
-    """Forces ``[T, N, 3]`` (N, taxel axes) of a session from its raw log, by inverting the model
-    sample by sample (Newton's method from the linear solution, one ``lax.scan``).
-
-    ``model``: a :class:`TriaxialModel` or :class:`TriaxialFit`. ``offset [N, 3]``: the
-    session's no-load raw values; default its tare (the median of its first ``model.tare``
-    seconds, which must be at rest).
-    """
-    model = getattr(model, "model", model)
-    log = checked_vector_log(log)
-    N = model.n_taxels
-    if log.n_taxels != N:
-        raise ValueError(f"{log.name}: {log.n_taxels} taxels, the model has {N}")
-    off = tare_offset(log, model.tare) if offset is None else np.asarray(offset, float)
-    if off.shape != (N, 3):
-        raise ValueError(f"offset: expected [{N}, 3], got {off.shape}")
-    T = log.raw.shape[0]
-    r = jnp.asarray((log.raw - off[None]).reshape(T, -1))
-    a = jnp.asarray(_decay(log.time, model.tau) if model.tau is not None else np.zeros(T))
-    step = _inverse_step(jnp.asarray(model.weights), model.degree, model.tau is not None)
-    z = jnp.zeros(3 * N, r.dtype)
-    u = jax.jit(lambda r, a: jax.lax.scan(step, (z, z), (r, a))[1])(r, a)
-    return np.asarray(u).reshape(T, N, 3) * model.scale.reshape(N, 3)
