@@ -14,6 +14,9 @@ import os
 import sys
 import threading
 
+from ._cli_args import _fraction, _holdout, _positive
+from ._cli_identify import add_identify_parser, identify
+
 __all__ = ["main"]
 
 RECORDING_HELP = """\
@@ -40,21 +43,6 @@ A rigid-link recording (a skin on one link; difftaxel.io.write_link_recording) h
   link_poses     [T, 7] link pose in the world (optional; identity if absent)
   link_twists    [T, 6] link velocity, world (m/s then rad/s; optional: static if absent)
 and the output is the calibrated layout (JSON: layout, identified, std_position_m, ...).
-"""
-
-LOG_HELP = """\
-LOG is a raw-reading log of one or more taxels against a reference force (a load cell):
-  text: two columns "raw force" (ADC counts, N) or three "time raw force" (s), '#' comments,
-        an optional header line "# dt = 0.01"
-  NPZ:  raw [T] or [T, N], force (same shape), optionally dt (s) or time [T] (s)
-Raw values may be in any unit (ADC counts, volts): the fit takes its scale from the data.
-Without time information (and without --dt) the log is in samples: hysteresis_tau is then in
-samples. A '# dt' header takes s, ms or us ("# dt = 10 ms"). Several LOGs of the same element
-are fitted together: one curve, one offset per log.
---save writes the fitted parameters (JSON, with the fit's dt); --params applies saved ones to
-LOGs without fitting (a log without time is taken at the fit's dt; parameters fitted in
-samples apply only to logs without time; a fit of several logs needs --offset-of K);
---predict writes predicted forces (NPZ: logI_predicted, logI_force, logI_raw).
 """
 
 
@@ -174,6 +162,67 @@ def _frame_period(ts):
     return float(np.median(np.diff(ts))) * 1e-9 if len(ts) > 1 else 0.01
 
 
+def _merged_link_recordings(paths, recs):
+    """Rigid-link recordings of one skin, one after the other (same layout, channels, objects
+    and sensor options; the frame period is the first's)."""
+    import numpy as np
+
+    first = recs[0]
+    if len(recs) == 1:
+        return first
+    for p, r in zip(paths[1:], recs[1:]):
+        same = (
+            r.layout.n_taxels == first.layout.n_taxels
+            and np.allclose(r.layout.positions, first.layout.positions)
+            and np.allclose(r.layout.normals, first.layout.normals)
+            and np.array_equal(np.asarray(r.channels, object), np.asarray(first.channels, object))
+            and r.objects == first.objects
+            and r.sensor == first.sensor
+            and r.frames.shape[1:] == first.frames.shape[1:]
+        )
+        if not same:
+            raise ValueError(
+                f"{p}: not the same skin as {paths[0]} (layout, channels, objects, sensor "
+                "options and frame shape must match)"
+            )
+
+    def cat(name, fill):
+        arrs = [getattr(r, name) for r in recs]
+        if all(a is None for a in arrs):
+            return None
+        return np.concatenate([fill(r) if a is None else np.asarray(a) for r, a in zip(recs, arrs)])
+
+    T = lambda r: r.frames.shape[0]  # noqa: E731
+    return first._replace(
+        frames=np.concatenate([np.asarray(r.frames) for r in recs]),
+        timestamps_ns=np.concatenate([np.asarray(r.timestamps_ns) for r in recs]),
+        link_poses=cat("link_poses", lambda r: np.tile([0, 0, 0, 0, 0, 0, 1.0], (T(r), 1))),
+        link_twists=cat("link_twists", lambda r: np.zeros((T(r), 6))),
+        object_poses=cat("object_poses", None),
+        object_twists=cat("object_twists", lambda r: np.zeros(np.shape(r.object_poses)[:2] + (6,))),
+    )
+
+
+def _start_layout(path, n):
+    """The layout to start from: a press plan's ``start_layout`` or a calibrated layout."""
+    from .io import layout_from_dict
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        d = doc["start_layout"] if doc.get("format") == "difftaxel.press_plan" else doc["layout"]
+        lay = layout_from_dict(d)
+    except OSError as e:
+        raise ValueError(f"--start {path}: {e.strerror or e}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(
+            f"--start {path}: expected a press plan or a calibrated layout (JSON) ({e})"
+        ) from None
+    if lay.n_taxels != n:
+        raise ValueError(f"--start {path}: {lay.n_taxels} taxels, the recordings have {n}")
+    return lay
+
+
 def _calibrate(args) -> int:
     import jax.numpy as jnp
     import numpy as np
@@ -189,21 +238,41 @@ def _calibrate(args) -> int:
     )
     from .skin import LinkLayout, LinkScene, SkinnedScene, calibrate_layout
 
-    out = check_output(args.out, "--out", inputs=[args.recording])
-    kind = recording_kind(args.recording)
-    rec = read_link_recording(args.recording) if kind == "link" else read_recording(args.recording)
+    paths = list(args.recording)
+    inputs = paths + ([args.start] if args.start else [])
+    out = check_output(args.out, "--out", inputs=inputs)
+    plan_out = None
+    if args.next_presses:
+        plan_out = check_output(args.next_presses, "--next-presses", inputs=inputs)
+        if os.path.abspath(plan_out) == os.path.abspath(out):
+            raise ValueError(f"--next-presses {args.next_presses}: is also the --out file")
+    kinds = [recording_kind(p) for p in paths]
+    kind = kinds[0]
+    if len(paths) > 1 or args.start or plan_out:
+        for p, k in zip(paths, kinds):
+            if k != "link":
+                raise ValueError(
+                    f"{p}: a hand recording; several recordings, --start and --next-presses "
+                    "apply to rigid-link recordings"
+                )
+    if kind == "link":
+        rec = _merged_link_recordings(paths, [read_link_recording(p) for p in paths])
+    else:
+        rec = read_recording(paths[0])
+    name = paths[0]
     if not rec.objects:
-        raise ValueError(f"{args.recording}: the recording has no objects (see --help)")
+        raise ValueError(f"{name}: the recording has no objects (see --help)")
     if rec.sensor is None:
         raise ValueError(
-            f"{args.recording}: the recording stores no sensor options (the force model the fit "
+            f"{name}: the recording stores no sensor options (the force model the fit "
             "needs: write it with sensor={...}, see --help)"
         )
     T = rec.frames.shape[0]
     bodies = _bodies(rec.objects, rec.object_poses, rec.object_twists)
     dt = _frame_period(rec.timestamps_ns)
     if kind == "link":
-        layout, channels = rec.layout, rec.channels
+        prior, channels = rec.layout, rec.channels
+        layout = prior if args.start is None else _start_layout(args.start, prior.n_taxels)
         link = rec.link_poses
         if link is None:
             link = np.tile([0, 0, 0, 0, 0, 0, 1.0], (T, 1))
@@ -220,7 +289,7 @@ def _calibrate(args) -> int:
         )
     frames = np.nan_to_num(np.asarray(rec.frames, float))  # unrecorded channels are ignored
     fit = calibrate_layout(
-        _sensor(rec.sensor, layout.n_taxels, args.recording),
+        _sensor(rec.sensor, layout.n_taxels, name),
         layout,
         rig,
         frames,
@@ -244,6 +313,33 @@ def _calibrate(args) -> int:
         doc = metadata_to_dict(rec.metadata.replace(geometry_mapping=new))
     text = json.dumps(doc, indent=1)
     atomic_write(out, lambda fh: fh.write(text), "w")
+    if plan_out:
+        from .skin import next_presses
+
+        try:
+            nxt, info = next_presses(fit, prior, rig, frames)
+        except ValueError as e:
+            raise ValueError(f"--next-presses: {e}") from None
+        c = np.asarray(nxt.bodies.poses)[:, 0, :3] if nxt.n_frames else np.zeros((0, 3))
+        plan = {
+            "format": "difftaxel.press_plan",
+            "version": 1,
+            "frame": "link",
+            "sphere_radius_m": float(rig.bodies.shapes[0].radius),
+            "centres_m": c.tolist(),
+            "start_layout": layout_to_dict(info["start"]),
+            "targeted": np.flatnonzero(info["targeted"]).tolist(),
+            "searched": np.flatnonzero(info["searched"]).tolist(),
+            "presses_so_far": int(T),
+            "identified_fraction": float(fit.identified.mean()),
+        }
+        ptext = json.dumps(plan, indent=1)
+        atomic_write(plan_out, lambda fh: fh.write(ptext), "w")
+        print(
+            f"{c.shape[0]} presses planned for {int((~fit.identified).sum())} taxels not identified "
+            f"({len(plan['targeted'])} at estimated sites, {len(plan['searched'])} searched) -> "
+            f"{plan_out}; record them, then calibrate every recording with --start {plan_out}"
+        )
     moved = np.linalg.norm(fit.layout.positions - layout.positions, axis=1)
     r = fit.results
     print(f"loss {r[0].losses[0]:.4g} -> {r[-1].losses[-1]:.4g}")
@@ -258,177 +354,10 @@ def _calibrate(args) -> int:
     return 0
 
 
-def _saturation(text):
-    t = text.strip().lower()
-    if t in ("auto", "none"):
-        return None if t == "none" else "auto"
-    try:
-        lo, hi = (None if v.strip().lower() in ("", "none") else float(v) for v in t.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected 'auto', 'none' or 'LO,HI' counts, got {text!r}"
-        ) from None
-    return (lo, hi)
-
-
-def _identify(args) -> int:
-    import numpy as np
-
-    from ._files import atomic_write, check_output
-    from .rawmodel import fit_raw_model, load_raw_log, load_raw_params, predict, save_raw_params
-
-    inputs = list(args.log) + ([args.params] if args.params else [])
-    for flag, path in (("--save", args.save), ("--predict", args.predict)):
-        if path is not None:
-            check_output(path, flag, inputs=inputs)
-    if args.save and args.predict and os.path.abspath(args.save) == os.path.abspath(args.predict):
-        raise ValueError(f"--predict {args.predict}: is also the --save file; choose another path")
-    logs = [load_raw_log(p, dt=args.dt) for p in args.log]
-    if args.params:
-        if args.save:
-            raise ValueError("--save: nothing is fitted with --params; drop one of them")
-        model = load_raw_params(args.params)
-        L = np.shape(model.params["offset"])[0] if np.ndim(model.params["offset"]) == 2 else 1
-        if L > 1 and args.offset_of is None:
-            raise ValueError(
-                f"--offset-of: {args.params} holds {L} offsets (one per fitted log); say whose "
-                f"offset applies to these logs (0..{L - 1})"
-            )
-        if args.offset_of is not None and not 0 <= args.offset_of < L:
-            raise ValueError(f"--offset-of: expected 0..{L - 1}, got {args.offset_of}")
-        which = args.offset_of if L > 1 else None
-        print(
-            f"applying {args.params}: "
-            + (f"the offset of fitted log {which}" if L > 1 else "the fitted log's offset")
-            + (
-                "; hysteresis_tau in samples"
-                if model.dt is None
-                else f"; hysteresis_tau in s (fitted at dt = {model.dt:g} s)"
-            )
-        )
-        preds = []
-        for p, g in zip(args.log, logs):
-            try:
-                pr = predict(model, g, which)
-            except ValueError as e:
-                raise ValueError(f"{p}: {e}") from None
-            if model.dt is not None and g.dt is None:
-                print(f"{p}: no time information: taken at the fit's dt = {model.dt:g} s")
-            preds.append(pr)
-            lo, hi = model.saturation.masks(g.raw)
-            free = ~(lo | hi)
-            sq = np.sum(np.where(free, (pr - g.force) ** 2, 0.0), 0)
-            rmse = np.sqrt(sq / np.maximum(free.sum(0), 1))
-            print(
-                f"{p}: RMSE against the reference on the {int(free.sum())} unsaturated samples "
-                f"(N): {np.array2string(rmse, precision=4)}"
-            )
-    else:
-        f = fit_raw_model(
-            logs if len(logs) > 1 else logs[0],
-            steps=args.steps,
-            train_fraction=args.train_fraction,
-            sign=args.sign,
-            saturation=args.saturation,
-            delay=args.delay,
-        )
-        sat = f.saturation
-        print(
-            f"sign: counts {'rise' if f.sign[0] > 0 else 'fall'} with force"
-            + ("" if np.all(f.sign == f.sign[0]) else f" (per taxel {f.sign.tolist()})")
-            + f"; saturation lo {sat.lo.tolist()} hi {sat.hi.tolist()} counts, "
-            f"{f.n_censored.tolist()} censored samples, {f.settle} settling samples masked after each"
-        )
-        print(f"{'taxel':>5} " + " ".join(f"{k:>24s}" for k in f.params))
-        N = logs[0].raw.shape[1]
-        for i in range(N):
-            cells = [
-                f"{float(np.asarray(f.params[k])[..., i].ravel()[0]):12.5g} +- "
-                f"{float(np.asarray(f.std[k])[..., i].ravel()[0]):9.2g}"
-                for k in f.params
-            ]
-            print(f"{i:>5} " + " ".join(cells))
-        if len(logs) > 1:
-            print(
-                f"offsets per log (raw units): {np.array2string(f.params['offset'], precision=4)}"
-            )
-        unit = "samples" if f.dt is None else "s"
-        print(
-            f"(+- sandwich standard deviations, inf where the data does not determine a "
-            f"parameter; offset in raw units, hysteresis_tau in {unit}, delay in samples)"
-        )
-        for w in f.warnings:
-            print(f"warning: {w}")
-        print(f"training residual std (N): {np.array2string(f.residual_std, precision=4)}")
-        if f.held_out_rmse is not None:
-            print(f"held-back RMSE (N): {np.array2string(f.held_out_rmse, precision=4)}")
-        preds = [f.predict(g, i if len(logs) > 1 else None) for i, g in enumerate(logs)]
-        if args.save:
-            save_raw_params(args.save, f)
-            print(f"parameters written to {args.save}")
-    if args.predict:
-        arrays = {}
-        for i, (g, pr) in enumerate(zip(logs, preds)):
-            arrays[f"log{i}_predicted"] = pr
-            arrays[f"log{i}_force"] = g.force
-            arrays[f"log{i}_raw"] = g.raw
-        atomic_write(args.predict, lambda fh: np.savez(fh, **arrays))
-        print(f"predictions written to {args.predict}")
-    return 0
-
-
-def _positive(kind, name, strict=True):
-    def parse(text):
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
-        if not (v > 0 if strict else v >= 0) or v != v:
-            rel = "> 0" if strict else ">= 0"
-            raise argparse.ArgumentTypeError(f"expected {rel}, got {text}")
-        return v
-
-    parse.__name__ = name
-    return parse
-
-
-def _fraction_in(low_open: bool):
-    """A parser of a fraction in (0, 1] (``low_open``) or in [0, 1)."""
-
-    def parse(text):
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-        ok = 0.0 < v <= 1.0 if low_open else 0.0 <= v < 1.0
-        if not ok:
-            span = "(0, 1]" if low_open else "[0, 1)"
-            raise argparse.ArgumentTypeError(f"expected a fraction in {span}, got {text}")
-        return v
-
-    return parse
-
-
-_fraction = _fraction_in(low_open=True)
-_holdout = _fraction_in(low_open=False)
-
-
 CALIBRATE_EXAMPLE = """
 Example file: `difftaxel demo --quick --no-plots --out demo` writes demo/session.npz, a
 recording this command accepts: `difftaxel calibrate demo/session.npz --out cal.json`.
 """
-
-IDENTIFY_EXAMPLE = """
-The first lines of a text log (numpy.savetxt writes one; a fit needs a few hundred samples
-that press the taxel across its force range, at least 14 in its training part):
-  # dt = 0.01
-  # raw force
-  512 0.00
-  530 0.05
-  575 0.21
-  ...
-"""
-
 
 def _parser() -> argparse.ArgumentParser:
     fmt = argparse.ArgumentDefaultsHelpFormatter
@@ -488,7 +417,25 @@ def _parser() -> argparse.ArgumentParser:
         epilog=RECORDING_HELP + CALIBRATE_EXAMPLE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    cal.add_argument("recording", help="NPZ recording (format below)")
+    cal.add_argument(
+        "recording",
+        nargs="+",
+        help="NPZ recording (format below); several rigid-link recordings of one skin are "
+        "fitted together",
+    )
+    cal.add_argument(
+        "--start",
+        default=None,
+        metavar="JSON",
+        help="rigid link: start from this layout (a --next-presses plan or a calibrated layout)",
+    )
+    cal.add_argument(
+        "--next-presses",
+        default=None,
+        metavar="PLAN",
+        help="rigid link, press recordings: write the next presses for the taxels not "
+        "identified (JSON: sphere centres in the link frame, the layout to start from)",
+    )
     cal.add_argument(
         "--out",
         default="calibrated_metadata.json",
@@ -504,58 +451,7 @@ def _parser() -> argparse.ArgumentParser:
         default=0.2,
         help="fraction of frames in [0, 1) kept out of the fit to check it (0.2)",
     )
-    ident = sub.add_parser(
-        "identify",
-        help="fit the raw-reading model (counts -> N) to a log",
-        description="Fit sign, offset, curve, exponent, hysteresis (and optionally a delay) per "
-        "taxel, with ADC saturation detected and censored; print values with sandwich "
-        "(autocorrelation-consistent) standard deviations.",
-        epilog=LOG_HELP + IDENTIFY_EXAMPLE,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    ident.add_argument("log", nargs="+", help="text or NPZ log(s) (format below)")
-    ident.add_argument(
-        "--dt",
-        type=_positive(float, "dt"),
-        default=None,
-        help="sample period (s) if not in the log (optional)",
-    )
-    ident.add_argument(
-        "--steps", type=_positive(int, "steps"), default=1500, help="optimiser steps (1500)"
-    )
-    ident.add_argument(
-        "--train-fraction",
-        type=_fraction,
-        default=0.7,
-        help="fraction in (0, 1] used for fitting; the rest validates (0.7)",
-    )
-    ident.add_argument(
-        "--sign",
-        choices=("auto", "increasing", "decreasing"),
-        default="auto",
-        help="how counts move with force: detected (auto) or declared (checked against the data)",
-    )
-    ident.add_argument(
-        "--saturation",
-        type=_saturation,
-        default="auto",
-        help="ADC limits: auto (detected), none, or LO,HI counts (either may be empty)",
-    )
-    ident.add_argument("--delay", action="store_true", help="also fit a channel delay (samples)")
-    ident.add_argument("--save", default=None, metavar="PARAMS", help="write the fit (JSON)")
-    ident.add_argument(
-        "--params", default=None, metavar="PARAMS", help="apply saved parameters, no fit"
-    )
-    ident.add_argument(
-        "--offset-of",
-        type=_positive(int, "index", strict=False),
-        default=None,
-        metavar="K",
-        help="with --params from a fit of several logs: apply fitted log K's offset",
-    )
-    ident.add_argument(
-        "--predict", default=None, metavar="OUT", help="write predicted forces (NPZ)"
-    )
+    add_identify_parser(sub)
     return parser
 
 
@@ -579,7 +475,7 @@ def main(argv=None) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)  # application setting (the library never sets it)
-    run = {"demo": _demo, "press": _press, "calibrate": _calibrate, "identify": _identify}
+    run = {"demo": _demo, "press": _press, "calibrate": _calibrate, "identify": identify}
     try:
         return run[args.command](args)
     except (ValueError, TypeError, OSError, EOFError, zipfile.BadZipFile) as e:

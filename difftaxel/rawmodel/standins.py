@@ -15,7 +15,7 @@ import numpy as np
 
 from .vector import VectorLog, WrenchLog
 
-__all__ = ["MagneticTruth", "magnetic_array"]
+__all__ = ["MagneticTruth", "magnetic_array", "write_example_files"]
 
 
 class MagneticTruth(NamedTuple):
@@ -165,3 +165,29 @@ def _rot(a) -> np.ndarray:
     k = np.asarray(a) / th
     Kx = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
     return np.eye(3) + np.sin(th) * Kx + (1 - np.cos(th)) * Kx @ Kx
+
+
+def write_example_files(out_dir, seed: int = 0, sessions: int = 4) -> list[str]:
+    """Write :func:`magnetic_array`'s sessions as the files ``difftaxel identify --reference``
+    reads: ``session{k}_raw.txt`` (time, 12 field values, uT), ``session{k}_ft.txt`` (time,
+    wrench) and ``positions.txt`` (m) into ``out_dir`` (created if missing; each file written
+    beside and renamed). Returns the paths written."""
+    import os
+
+    from .._files import atomic_write, check_output_dir
+
+    out = check_output_dir(out_dir, "out_dir")
+    raws, refs, pos, _ = magnetic_array(seed, sessions=sessions)
+    paths = []
+
+    def put(name, header, arr):
+        path = os.path.join(out, name)
+        atomic_write(path, lambda fh: np.savetxt(fh, arr, fmt="%.6g", header=header), "w")
+        paths.append(path)
+
+    cols = " ".join(f"b{i + 1}{c}" for i in range(pos.shape[0]) for c in "xyz")
+    for k, (r, f) in enumerate(zip(raws, refs)):
+        put(f"session{k}_raw.txt", f"time {cols} (s, uT)", np.column_stack([r.time, r.raw.reshape(r.time.size, -1)]))
+        put(f"session{k}_ft.txt", "time Fx Fy Fz Tx Ty Tz (s, N, N m)", np.column_stack([f.time, f.wrench]))
+    put("positions.txt", "x y z (m, sensor frame)", pos)
+    return paths

@@ -6,8 +6,9 @@ millimetres from its nominal site is then missed or barely touched, and stays un
 :func:`next_presses` looks at a fit and its readings and, per taxel that is not identified:
 
 * **excited** (its reading rose above the noise in some press): its site is estimated as the
-  reading-weighted mean of those presses' contact centres (the indenter's lowest point along
-  the taxel's normal), and :func:`~difftaxel.skin.press_plan`'s pattern (centred and offset
+  reading-weighted mean of those presses' contact centres (each indenter centre projected onto
+  the taxel's current tangent plane), started a press depth inside the surface (so that the
+  presses that touched it touch it in the model, which gives the fit its gradient), and :func:`~difftaxel.skin.press_plan`'s pattern (centred and offset
   presses at several depths) is pressed there;
 * **never excited**: it lies outside every contact patch so far. Its prior site is its initial
   position moved by the median displacement of its identified neighbours (skins are often
@@ -126,11 +127,16 @@ def next_presses(
     targeted = ~idf & touched
     searched = ~idf & ~touched
     pos, nrm = lay.positions.copy(), lay.normals.copy()
-    # excited: the reading-weighted contact centre (lowest sphere point along the normal)
+    # excited: the reading-weighted contact centre (each press's centre projected onto the
+    # taxel's current tangent plane: where along the surface it pressed)
     if targeted.any():
         wt = w[:, targeted] / w[:, targeted].sum(0)
-        contact = centres[:, None, :] - r * nrm[None, targeted]  # [T, n, 3]
-        pos[targeted] = np.einsum("tn,tnk->nk", wt, contact)
+        n_t, p_t = nrm[None, targeted], pos[None, targeted]
+        rel = centres[:, None, :] - p_t  # [T, n, 3]
+        contact = p_t + rel - np.sum(rel * n_t, -1, keepdims=True) * n_t
+        # started a press depth inside the surface: every press that touched it then touches
+        # it in the model too (a taxel started outside its presses has no gradient)
+        pos[targeted] = np.einsum("tn,tnk->nk", wt, contact) - max(depths) * nrm[targeted]
     # never excited: the prior moved with its identified neighbours, then a searched disc
     plans = []
     if targeted.any():

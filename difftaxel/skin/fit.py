@@ -30,7 +30,8 @@ class LayoutFit(NamedTuple):
       std_normal_deg: ``[N]`` deg, std of the normal's direction (the larger tangent-plane axis).
       std_tangent_deg: ``[N]`` deg, std of the tangent's angle about the normal (NaN when no
         tangential channel is read: the tangent then only follows the normal).
-      noise_std: pooled residual std (reading units) on the training frames.
+      noise_std: residual std (reading units) on the training frames: the median over taxels
+        of each taxel's residual variance (robust to taxels that did not converge).
       train_rmse, holdout_rmse, holdout_rmse_initial: RMSE over the selected channels of the
         training frames, of the held-out frames, and of the held-out frames before the fit
         (None without held-out frames).
@@ -266,8 +267,15 @@ def calibrate_layout(
     q = unpack(v)
     predict = jax.jit(lambda q: readings(q, exact, scene))  # shared by the fit and the start
     pred = np.asarray(predict(q))
-    dof = max(float(mask.sum()) * float(train.sum()) - N * P, 1.0)
-    noise = float(np.sqrt(np.sum(np.asarray(r, np.float64) ** 2) / dof))
+    # the noise is the median over taxels of each one's residual variance: one taxel that did
+    # not converge (started far off) must not inflate every other taxel's uncertainty
+    rss_i = np.sum(np.asarray(r, np.float64) ** 2, 1)
+    dof_i = mask.sum(1) * float(train.sum()) - P
+    ok_i = dof_i > 0
+    if ok_i.any():
+        noise = float(np.sqrt(np.median(rss_i[ok_i] / dof_i[ok_i])))
+    else:  # fewer readings than parameters per taxel: pooled (no taxel is identified anyway)
+        noise = float(np.sqrt(np.sum(rss_i) / max(float(mask.sum()) * float(train.sum()) - N * P, 1.0)))
     A = np.asarray(jnp.einsum("nrp,nrq->npq", J, J), np.float64)
     excited = np.any((np.abs(meas[train]) > 0) & mask[None], axis=(0, 2))
     # a taxel with fewer non-zero readings than parameters is never identified, whatever the
