@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["_positive", "_fraction", "_holdout", "_fraction_in"]
+__all__ = ["positive", "fraction", "holdout", "fraction_in"]
 
 
-def _positive(kind, name, strict=True):
+def positive(kind, name, strict=True):
+    """A parser of a ``kind`` (int, float) value > 0 (>= 0 when not ``strict``), named ``name``
+    in argparse's messages."""
+
     def parse(text):
         try:
             v = kind(text)
@@ -22,7 +25,7 @@ def _positive(kind, name, strict=True):
     return parse
 
 
-def _fraction_in(low_open: bool):
+def fraction_in(low_open: bool):
     """A parser of a fraction in (0, 1] (``low_open``) or in [0, 1)."""
 
     def parse(text):
@@ -36,8 +39,11 @@ def _fraction_in(low_open: bool):
             raise argparse.ArgumentTypeError(f"expected a fraction in {span}, got {text}")
         return v
 
+    parse.__doc__ = "Parse a fraction in " + ("(0, 1]" if low_open else "[0, 1)") + "."
     return parse
 
 
-_fraction = _fraction_in(low_open=True)
-_holdout = _fraction_in(low_open=False)
+#: a fraction in (0, 1]
+fraction = fraction_in(low_open=True)
+#: a fraction in [0, 1)
+holdout = fraction_in(low_open=False)

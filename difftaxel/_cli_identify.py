@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ._cli_args import _fraction, _positive
+from ._cli_args import fraction as _fraction, positive as _positive
 
 __all__ = ["identify", "add_identify_parser"]
 
@@ -187,6 +187,7 @@ def _identify_scalar(args) -> int:
 
 
 def identify(args) -> int:
+    """Run ``difftaxel identify`` (scalar logs, or three-axis skins with a reference)."""
     if args.example_files is not None:
         from .rawmodel.standins import write_example_files
 
@@ -293,6 +294,7 @@ def _identify_triaxial(args) -> int:
 
 
 def add_identify_parser(sub) -> None:
+    """Add the ``identify`` command and its flags to ``sub`` (argparse subparsers)."""
     ident = sub.add_parser(
         "identify",
         help="fit the raw-reading model (counts -> N) to a log",

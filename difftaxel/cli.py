@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 
-from ._cli_args import _fraction, _holdout, _positive
+from ._cli_args import fraction as _fraction, holdout as _holdout, positive as _positive
 from ._cli_identify import add_identify_parser, identify
 
 __all__ = ["main"]

@@ -197,3 +197,15 @@ def test_cli_writes_the_next_presses_and_fits_every_recording_from_them(tmp_path
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "--next-presses" in err[0] and "--start" in err[1]
     assert plan.read_bytes() == before
+
+
+@pytest.mark.slow  # ~15 s: three fits
+def test_the_loop_stops_at_its_budget_and_its_rounds():
+    true, init, s, record = sparse_skin()
+    first = press_plan(init).n_frames
+    kw = dict(channels="normal", steps_per_stage=50, lm_steps=5)
+    r = calibrate_adaptively(s, init, record, max_presses=first + 4, **kw)
+    assert r.scene.n_frames == first + 4 and r.stopped == "budget"
+    assert [p for p, _ in r.history] == [first, first + 4]
+    one = calibrate_adaptively(s, init, record, max_rounds=1, **kw)
+    assert len(one.history) == 1 and one.stopped == "rounds"

@@ -255,3 +255,15 @@ def test_cli_fits_saves_applies_and_refuses(tmp_path, capsys):
     assert model.read_bytes() == before
     paths = write_example_files(tmp_path / "again", sessions=1)
     assert len(paths) == 3
+
+
+def test_taxel_axes_turn_the_forces():
+    """Taxel axes turned 90 deg about z: the same skin's forces read in the turned axes,
+    ``f_taxel = R^T f_sensor`` (a linear model, so exactly)."""
+    raws, refs, pos, _ = magnetic_array(7, sessions=2, duration=12.0, creep=0.0, quadratic=0.0)
+    a = fit_triaxial(raws, refs, pos, degrees=(1,), taus=())
+    R = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    b = fit_triaxial(raws, refs, pos, rotations=np.tile(R, (4, 1, 1)), degrees=(1,), taus=())
+    np.testing.assert_allclose(b.lags, a.lags, atol=1e-7)
+    pa, pb = predict_triaxial(a, raws[0]), predict_triaxial(b, raws[0])
+    np.testing.assert_allclose(pb, np.einsum("ji,tnj->tni", R, pa), atol=1e-6)
