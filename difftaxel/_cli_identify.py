@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from ._cli_args import fraction as _fraction, positive as _positive
+from ._cli_args import fraction as _fraction
+from ._cli_args import positive as _positive
 
 __all__ = ["identify", "add_identify_parser"]
 
@@ -224,7 +225,9 @@ def _read_positions(path):
     try:
         a = np.loadtxt(p, ndmin=2, comments="#")
     except (ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"{p}: expected 'x y z' per taxel (m) ({' '.join(str(e).split())[:80]})") from None
+        raise ValueError(
+            f"{p}: expected 'x y z' per taxel (m) ({' '.join(str(e).split())[:80]})"
+        ) from None
     if a.ndim != 2 or a.shape[1] != 3 or not np.all(np.isfinite(a)):
         raise ValueError(f"{p}: expected 'x y z' per taxel (m), got shape {a.shape}")
     return a
@@ -243,38 +246,62 @@ def _identify_triaxial(args) -> int:
         save_triaxial,
     )
 
-    inputs = list(args.log) + list(args.reference or []) + [x for x in (args.params, args.positions) if x]
+    inputs = (
+        list(args.log)
+        + list(args.reference or [])
+        + [x for x in (args.params, args.positions) if x]
+    )
     for flag, path in (("--save", args.save), ("--predict", args.predict)):
         if path is not None:
             check_output(path, flag, inputs=inputs)
     if args.save and args.predict and os.path.abspath(args.save) == os.path.abspath(args.predict):
         raise ValueError(f"--predict {args.predict}: is also the --save file; choose another path")
-    for flag, bad in (("--delay", args.delay), ("--offset-of", args.offset_of is not None), ("--dt", args.dt is not None)):
+    for flag, bad in (
+        ("--delay", args.delay),
+        ("--offset-of", args.offset_of is not None),
+        ("--dt", args.dt is not None),
+    ):
         if bad:
-            raise ValueError(f"{flag}: applies to scalar logs only, not with --reference/--positions")
+            raise ValueError(
+                f"{flag}: applies to scalar logs only, not with --reference/--positions"
+            )
     logs = [load_vector_log(p) for p in args.log]
     if args.params:
         if args.save:
             raise ValueError("--save: nothing is fitted with --params; drop one of them")
         model = load_triaxial(args.params)
         tau = "none" if model.tau is None else f"{model.tau:.4g} s"
-        print(f"applying {args.params}: degree {model.degree}, creep tau {tau}, tare {model.tare} s")
+        print(
+            f"applying {args.params}: degree {model.degree}, creep tau {tau}, tare {model.tare} s"
+        )
         tare = model.tare
     else:
         if not args.reference:
             raise ValueError("--reference: a fit needs one force/torque log per LOG (see --help)")
         if len(args.reference) != len(logs):
-            raise ValueError(f"--reference: expected {len(logs)} files (one per LOG), got {len(args.reference)}")
+            raise ValueError(
+                f"--reference: expected {len(logs)} files (one per LOG), got {len(args.reference)}"
+            )
         if args.positions is None:
             raise ValueError("--positions: a fit needs the taxel centres (m, sensor frame)")
         refs = [load_wrench_log(p) for p in args.reference]
         pos = _read_positions(args.positions)
         if pos.shape[0] != logs[0].n_taxels:
-            raise ValueError(f"--positions {args.positions}: {pos.shape[0]} taxels, {args.log[0]} has {logs[0].n_taxels}")
-        fit = fit_triaxial(logs, refs, pos, tare=args.tare, validation=1 - args.train_fraction if args.train_fraction < 1 else 0.25)
+            raise ValueError(
+                f"--positions {args.positions}: {pos.shape[0]} taxels, {args.log[0]} has {logs[0].n_taxels}"
+            )
+        fit = fit_triaxial(
+            logs,
+            refs,
+            pos,
+            tare=args.tare,
+            validation=1 - args.train_fraction if args.train_fraction < 1 else 0.25,
+        )
         print(fit.report())
         for p, o, so in zip(args.log, fit.offsets, fit.offset_std):
-            print(f"{p}: offset (raw units) {np.array2string(o.ravel(), precision=1)} +- max {so.max():.2g}")
+            print(
+                f"{p}: offset (raw units) {np.array2string(o.ravel(), precision=1)} +- max {so.max():.2g}"
+            )
         model = fit.model
         if args.save:
             save_triaxial(args.save, fit)
@@ -282,7 +309,9 @@ def _identify_triaxial(args) -> int:
         tare = args.tare
     preds = [predict_triaxial(model, g) for g in logs]
     for p, g, f in zip(args.log, logs, preds):
-        print(f"{p}: {g.raw.shape[0]} samples, predicted force up to {np.abs(f).max():.3g} N (tare {tare} s)")
+        print(
+            f"{p}: {g.raw.shape[0]} samples, predicted force up to {np.abs(f).max():.3g} N (tare {tare} s)"
+        )
     if args.predict:
         arrays = {}
         for i, (g, f) in enumerate(zip(logs, preds)):

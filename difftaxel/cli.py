@@ -14,7 +14,8 @@ import os
 import sys
 import threading
 
-from ._cli_args import fraction as _fraction, holdout as _holdout, positive as _positive
+from ._cli_args import holdout as _holdout
+from ._cli_args import positive as _positive
 from ._cli_identify import add_identify_parser, identify
 
 __all__ = ["main"]
@@ -358,6 +359,7 @@ CALIBRATE_EXAMPLE = """
 Example file: `difftaxel demo --quick --no-plots --out demo` writes demo/session.npz, a
 recording this command accepts: `difftaxel calibrate demo/session.npz --out cal.json`.
 """
+
 
 def _parser() -> argparse.ArgumentParser:
     fmt = argparse.ArgumentDefaultsHelpFormatter

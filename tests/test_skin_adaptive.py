@@ -114,7 +114,9 @@ def test_plan_errors_and_scene_helpers():
         concat_scenes(a, press_scene([[0, 0, 4e-3]], 5e-3))
     s = sensor_for(1)
     meas = np.array(both.readings(s, *(jnp.asarray(x) for x in lay)))[..., 2]
-    fit = calibrate_layout(s, lay, both, meas, channels="normal", holdout=0.0, steps_per_stage=5, lm_steps=1)
+    fit = calibrate_layout(
+        s, lay, both, meas, channels="normal", holdout=0.0, steps_per_stage=5, lm_steps=1
+    )
     with pytest.raises(ValueError, match="measured: expected"):
         next_presses(fit, lay, both, meas[:2])
     with pytest.raises(ValueError, match="offset"):
@@ -180,7 +182,23 @@ def test_cli_writes_the_next_presses_and_fits_every_recording_from_them(tmp_path
     _write(second, init, nxt, record(nxt))
     plan2 = tmp_path / "plan2.json"
     both = [str(first), str(second)]
-    assert main(["calibrate", *both, "--out", str(out), "--steps", "100", "--start", str(plan), "--next-presses", str(plan2)]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                *both,
+                "--out",
+                str(out),
+                "--steps",
+                "100",
+                "--start",
+                str(plan),
+                "--next-presses",
+                str(plan2),
+            ]
+        )
+        == 0
+    )
     doc2 = json.loads(plan2.read_text())
     assert doc2["presses_so_far"] == scene.n_frames + nxt.n_frames
     # the search touched the missed taxel: now it is pressed at its estimated site, which the

@@ -85,8 +85,14 @@ def test_standard_deviations_stay_honest_when_residuals_are_correlated(ar):
     zs, zw = [], []
     for seed in range(6):
         raws, refs, pos, truth = magnetic_array(
-            seed, sessions=2, duration=20.0, creep=0.0, quadratic=0.0, noise_ar=ar,
-            noise_force=0.0, noise_torque=0.0,
+            seed,
+            sessions=2,
+            duration=20.0,
+            creep=0.0,
+            quadratic=0.0,
+            noise_ar=ar,
+            noise_force=0.0,
+            noise_torque=0.0,
         )
         fit = fit_triaxial(raws, refs, pos, degrees=(1,), taus=())
         d = fit.model.weights[:, :12] - truth.gain * fit.model.scale[None]
@@ -112,7 +118,9 @@ def test_units_change_only_what_carries_them():
     np.testing.assert_allclose(b.offsets, 1e-3 * a.offsets, rtol=1e-9)
     np.testing.assert_allclose(b.offset_std, 1e-3 * a.offset_std, rtol=1e-6)
     np.testing.assert_allclose(b.weights_std, 1e-3 * a.weights_std, rtol=1e-6)
-    np.testing.assert_allclose(predict_triaxial(b, milli[0]), predict_triaxial(a, raws[0]), atol=1e-9)
+    np.testing.assert_allclose(
+        predict_triaxial(b, milli[0]), predict_triaxial(a, raws[0]), atol=1e-9
+    )
 
 
 def test_known_pressed_taxels_and_coupling_radius():
@@ -126,7 +134,9 @@ def test_known_pressed_taxels_and_coupling_radius():
     W = near.model.weights[:, :12].reshape(4, 3, 4, 3)
     diagonal = np.array([[0, 3], [1, 2], [2, 1], [3, 0]])  # opposite corners are 8.5 mm apart
     for i, j in diagonal:
-        assert np.all(W[i, :, j] == 0) and np.all(near.weights_std[:, :12].reshape(4, 3, 4, 3)[i, :, j] == 0)
+        assert np.all(W[i, :, j] == 0) and np.all(
+            near.weights_std[:, :12].reshape(4, 3, 4, 3)[i, :, j] == 0
+        )
     assert near.model.coupling.sum() == 12
 
 
@@ -173,7 +183,11 @@ def test_fit_errors_name_the_argument():
 def test_logs_on_disk_and_one_line_errors(tmp_path):
     raws, refs, pos, _ = magnetic_array(6, sessions=1, duration=3.0)
     r, f = raws[0], refs[0]
-    np.savetxt(tmp_path / "raw.txt", np.column_stack([r.time, r.raw.reshape(r.time.size, -1)]), header="time ...")
+    np.savetxt(
+        tmp_path / "raw.txt",
+        np.column_stack([r.time, r.raw.reshape(r.time.size, -1)]),
+        header="time ...",
+    )
     np.savetxt(tmp_path / "ft.txt", np.column_stack([f.time, f.wrench]))
     np.savez(tmp_path / "raw.npz", time=r.time, raw=r.raw)
     np.savez(tmp_path / "ft.npz", time=f.time, wrench=f.wrench)
@@ -227,7 +241,16 @@ def test_cli_fits_saves_applies_and_refuses(tmp_path, capsys):
     s = [str(ex / f"session{k}_raw.txt") for k in range(4)]
     f = [str(ex / f"session{k}_ft.txt") for k in range(4)]
     model, out = tmp_path / "model.json", tmp_path / "forces.npz"
-    args = ["identify", s[0], s[1], "--reference", f[0], f[1], "--positions", str(ex / "positions.txt")]
+    args = [
+        "identify",
+        s[0],
+        s[1],
+        "--reference",
+        f[0],
+        f[1],
+        "--positions",
+        str(ex / "positions.txt"),
+    ]
     assert main(args + ["--save", str(model)]) == 0
     printed = capsys.readouterr().out
     assert "reference lag per session" in printed and "model written" in printed
@@ -236,7 +259,9 @@ def test_cli_fits_saves_applies_and_refuses(tmp_path, capsys):
         assert z["log0_forces"].shape == (3520, 4, 3)
     _, _, _, truth = magnetic_array(0, sessions=4)  # the files' own truth
     with np.load(out) as z:
-        assert np.sqrt(np.mean((z["log0_forces"] - truth.forces[3]) ** 2)) < 1.5 * noise_floor(truth)
+        assert np.sqrt(np.mean((z["log0_forces"] - truth.forces[3]) ** 2)) < 1.5 * noise_floor(
+            truth
+        )
     capsys.readouterr()
     before = model.read_bytes()
     bad = [

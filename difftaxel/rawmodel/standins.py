@@ -104,7 +104,9 @@ def magnetic_array(
         for j in range(N):
             if i != j:
                 share = coupling * (1.0 if np.linalg.norm(pos[i] - pos[j]) < 1.5 * pitch else 0.4)
-                G[3 * i : 3 * i + 3, 3 * j : 3 * j + 3] = share * own[i] @ _rot(rng.normal(0, 0.3, 3))
+                G[3 * i : 3 * i + 3, 3 * j : 3 * j + 3] = (
+                    share * own[i] @ _rot(rng.normal(0, 0.3, 3))
+                )
     offsets = rng.normal(0, drift, (sessions, N, 3)) + rng.normal(0, 2000, (1, N, 3))
     lags = lag + rng.uniform(-lag_spread, lag_spread, sessions)
     raws, refs, forces, pressed_all = [], [], [], []
@@ -115,10 +117,12 @@ def magnetic_array(
             fz = rng.uniform(1.0, max_force)
             sh = rng.uniform(0, 0.3) * fz
             ph = rng.uniform(0, 2 * np.pi)
-            presses.append((t0, hold, int(rng.integers(N)), np.array([sh * np.cos(ph), sh * np.sin(ph), fz])))
+            presses.append(
+                (t0, hold, int(rng.integers(N)), np.array([sh * np.cos(ph), sh * np.sin(ph), fz]))
+            )
             t0 += 0.8 + hold + rng.uniform(0.2, 0.5)
 
-        def load(t):
+        def load(t, presses=presses):
             f = np.zeros((t.size, N, 3))
             who = np.full(t.size, -1)
             for t_p, hold, k, F in presses:
@@ -148,12 +152,16 @@ def magnetic_array(
         fr, _ = load(t_true)
         F = fr.sum(1)
         Tq = np.cross(pos[None], fr).sum(1)
-        w = np.concatenate([F + rng.normal(0, noise_force, F.shape), Tq + rng.normal(0, noise_torque, Tq.shape)], 1)
+        w = np.concatenate(
+            [F + rng.normal(0, noise_force, F.shape), Tq + rng.normal(0, noise_torque, Tq.shape)], 1
+        )
         raws.append(VectorLog(t_raw, b, f"session{s}_raw"))
         refs.append(WrenchLog(t_true + lags[s], w, f"session{s}_ft"))
         forces.append(f)
         pressed_all.append(who)
-    truth = MagneticTruth(forces, lags, offsets, G, noise_raw, noise_force, noise_torque, pressed_all)
+    truth = MagneticTruth(
+        forces, lags, offsets, G, noise_raw, noise_force, noise_torque, pressed_all
+    )
     return raws, refs, pos, truth
 
 
@@ -187,7 +195,15 @@ def write_example_files(out_dir, seed: int = 0, sessions: int = 4) -> list[str]:
 
     cols = " ".join(f"b{i + 1}{c}" for i in range(pos.shape[0]) for c in "xyz")
     for k, (r, f) in enumerate(zip(raws, refs)):
-        put(f"session{k}_raw.txt", f"time {cols} (s, uT)", np.column_stack([r.time, r.raw.reshape(r.time.size, -1)]))
-        put(f"session{k}_ft.txt", "time Fx Fy Fz Tx Ty Tz (s, N, N m)", np.column_stack([f.time, f.wrench]))
+        put(
+            f"session{k}_raw.txt",
+            f"time {cols} (s, uT)",
+            np.column_stack([r.time, r.raw.reshape(r.time.size, -1)]),
+        )
+        put(
+            f"session{k}_ft.txt",
+            "time Fx Fy Fz Tx Ty Tz (s, N, N m)",
+            np.column_stack([f.time, f.wrench]),
+        )
     put("positions.txt", "x y z (m, sensor frame)", pos)
     return paths

@@ -50,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..calibrate import scaled_inverse
+from ._blocks import block_covariance, nonlinear_derivatives
 from .vector import (
     VectorLog,
     WrenchLog,
@@ -116,7 +116,9 @@ class TriaxialFit(NamedTuple):
 
     def report(self) -> str:
         m = self.model
-        lags = ", ".join(f"{1e3 * v:.1f} +- {1e3 * s:.2f} ms" for v, s in zip(self.lags, self.lag_std))
+        lags = ", ".join(
+            f"{1e3 * v:.1f} +- {1e3 * s:.2f} ms" for v, s in zip(self.lags, self.lag_std)
+        )
         tau = "none" if m.tau is None else f"{m.tau:.3g} +- {self.tau_std:.2g} s"
         lines = [
             f"{m.n_taxels} taxels x 3 channels; degree {m.degree}, creep tau {tau} "
@@ -163,7 +165,6 @@ def _monomials(v, degree: int):
     n = v.shape[-1]
     cols = [v[..., list(c)].prod(-1) for d in range(2, degree + 1) for c in _combos(n, d)]
     return xp.stack(cols, -1) if cols else v[..., :0]
-
 
 
 class _Spec(NamedTuple):
@@ -312,8 +313,12 @@ def fit_triaxial(
     if pos.shape != (N, 3) or not np.all(np.isfinite(pos)):
         raise ValueError(f"positions: expected finite [{N}, 3] (m, sensor frame), got {pos.shape}")
     rot = np.tile(np.eye(3), (N, 1, 1)) if rotations is None else np.asarray(rotations, float)
-    if rot.shape != (N, 3, 3) or not np.allclose(np.einsum("nji,njk->nik", rot, rot), np.eye(3), atol=1e-6):
-        raise ValueError(f"rotations: expected [{N}, 3, 3] rotation matrices (taxel axes as columns)")
+    if rot.shape != (N, 3, 3) or not np.allclose(
+        np.einsum("nji,njk->nik", rot, rot), np.eye(3), atol=1e-6
+    ):
+        raise ValueError(
+            f"rotations: expected [{N}, 3, 3] rotation matrices (taxel axes as columns)"
+        )
     if isinstance(pressed, str):
         if pressed != "infer":
             raise ValueError(f"pressed: expected 'infer' or a list of arrays, got {pressed!r}")
@@ -355,7 +360,13 @@ def fit_triaxial(
             ind = np.zeros((T, S))
             ind[:, i] = 1.0
             cut = int(round((1 - validation) * T))
-            part = np.arange(T) < cut if which == "train" else np.arange(T) >= cut if which == "valid" else np.ones(T, bool)
+            part = (
+                np.arange(T) < cut
+                if which == "train"
+                else np.arange(T) >= cut
+                if which == "valid"
+                else np.ones(T, bool)
+            )
             out.append((np.concatenate([ind, psi], 1), s.log.raw.reshape(T, -1), ok & part))
         return out
 
@@ -402,7 +413,9 @@ def fit_triaxial(
             return profile(sp, [normal_eq(sp, i, lags[i]) for i in range(S)])
 
         v = np.log(spec.tau)
-        return spec._replace(tau=float(np.exp(_golden(cost, v - np.log(2), v + np.log(2), tol=1e-3))))
+        return spec._replace(
+            tau=float(np.exp(_golden(cost, v - np.log(2), v + np.log(2), tol=1e-3)))
+        )
 
     def refine_lags(spec):
         """Each session's lag by golden section on the profile: the weights re-solved at every
@@ -424,7 +437,9 @@ def fit_triaxial(
     # 2. degree and tau are chosen on validation
     if isinstance(taus, str):
         if taus != "auto":
-            raise ValueError(f"taus: expected 'auto', () or a sequence of time constants (s), got {taus!r}")
+            raise ValueError(
+                f"taus: expected 'auto', () or a sequence of time constants (s), got {taus!r}"
+            )
         grid, refine = list(np.geomspace(10 * dts, 5.0, 7)), True
     else:
         grid, refine = [float(t) for t in taus], False
@@ -448,7 +463,8 @@ def fit_triaxial(
                 if refine:
                     i = grid.index(best)
                     lo, hi = np.log(grid[max(i - 1, 0)]), np.log(grid[min(i + 1, len(grid) - 1)])
-                    score(deg, float(np.exp(_golden(lambda u: score(deg, float(np.exp(u))), lo, hi, tol=0.02))))
+                    u = _golden(lambda u, d=deg: score(d, float(np.exp(u))), lo, hi, tol=0.02)
+                    score(deg, float(np.exp(u)))
         return min(scores, key=scores.get)
 
     # 3. choose, realign with the chosen model, choose again at the new lags, realign
@@ -462,10 +478,20 @@ def fit_triaxial(
             refine_lags(spec)
     parts = design(spec, "all")
     W = solve(spec, parts)
-    std, std_white, block = _covariance(W, parts, mask_for(spec), _derivatives(spec, lags, design))
+    std, std_white, block = block_covariance(
+        W, parts, mask_for(spec), nonlinear_derivatives(spec, lags, design)
+    )
     K = W.shape[0]
     model = TriaxialModel(W[:, S:], spec.degree, spec.tau, scale, pos, rot, float(tare), coupling)
-    wnames = np.array([[f"offset[session {j}, channel {k}]" if j < S else f"w[{k}, {j - S}]" for j in range(W.shape[1])] for k in range(K)])
+    wnames = np.array(
+        [
+            [
+                f"offset[session {j}, channel {k}]" if j < S else f"w[{k}, {j - S}]"
+                for j in range(W.shape[1])
+            ]
+            for k in range(K)
+        ]
+    )
     P = W.size
     undetermined = [str(n) for n, v in zip(wnames.reshape(-1), std[:P]) if np.isinf(v)]
     undetermined += [f"lag[{s}]" for s in range(S) if np.isinf(std[P + s])]
@@ -502,90 +528,3 @@ def _golden(f, lo, hi, tol):
             d = a + _GOLD * (b - a)
             fd = f(d)
     return 0.5 * (a + b)
-
-
-def _correlation_length(res: list) -> int:
-    """Samples until the residuals' mean autocorrelation first drops below 0.05."""
-    L = 1
-    for e in res:
-        e = e - e.mean(0)
-        v = np.where(np.sum(e * e, 0) > 0, np.sum(e * e, 0), 1.0)
-        k = 1
-        for k in range(1, max(e.shape[0] // 4, 2)):  # host: stops at the first small lag
-            if np.mean(np.sum(e[k:] * e[:-k], 0) / v) < 0.05:
-                break
-        L = max(L, k)
-    return L
-
-
-def _derivatives(spec, lags, design):
-    """Central differences of every session's features in each nonlinear parameter: the lags
-    (s; each moves its own session) then ``log tau`` (moves every session). ``[(dX_s or None
-    per session), ...]``."""
-    S = len(lags)
-    out = []
-    h = 1e-6  # s: the features are exact (piecewise-linear in the lag), so this is their slope
-    for s in range(S):
-        up, dn = lags.copy(), lags.copy()
-        up[s] += h
-        dn[s] -= h
-        d = (design(spec, "all", up)[s][0] - design(spec, "all", dn)[s][0]) / (2 * h)
-        out.append([d if j == s else None for j in range(S)])
-    if spec.tau is not None:
-        e = 1e-5
-        hi = design(spec._replace(tau=spec.tau * np.exp(e)), "all", lags)
-        lo = design(spec._replace(tau=spec.tau * np.exp(-e)), "all", lags)
-        out.append([(a[0] - b[0]) / (2 * e) for a, b in zip(hi, lo)])
-    return out
-
-
-def _covariance(W, parts, mask, extra):
-    """Sandwich (batch means) and Gauss-Newton stds of ``W`` (row-major) then of the nonlinear
-    parameters ``extra`` (see :func:`_derivatives`)."""
-    K, F = W.shape
-    P, E = W.size, len(extra)
-    res = [(y - X @ W.T)[ok] for X, y, ok in parts]
-    block = int(min(4 * _correlation_length(res), max(1, min(r.shape[0] for r in res) // 8)))
-    H = np.zeros((P + E, P + E))
-    XtX = sum(X[ok].T @ X[ok] for X, _, ok in parts)
-    scores, n_res, rss = [], 0, 0.0
-    for s, ((X, y, ok), e) in enumerate(zip(parts, res)):
-        Xs = X[ok]
-        H[:P, :P] += np.kron(np.eye(K), Xs.T @ Xs)
-        # d prediction / d parameter [T, K] (residual derivatives are these negated, as are
-        # the weights' own: the signs cancel in H and in the sandwich)
-        dp = [None if d[s] is None else d[s][ok] @ W.T for d in extra]
-        for a, da in enumerate(dp):
-            if da is None:
-                continue
-            c = (da.T @ Xs).reshape(-1)
-            H[:P, P + a] += c
-            H[P + a, :P] += c
-            for b, db in enumerate(dp):
-                if db is not None:
-                    H[P + a, P + b] += float(np.sum(da * db))
-        n_res += e.size
-        rss += float(np.sum(e * e))
-        for b0 in range(0, e.shape[0], block):  # host: one score per block
-            sl = slice(b0, b0 + block)
-            # the block's residuals as if it had been left out of the fit (a weight informed by
-            # few blocks is fitted to them, and their residuals understate its noise): the
-            # clustered jackknife's correction, CR3, applied to the shared linear part
-            xb = Xs[sl]
-            eb = e[sl] + xb @ np.linalg.lstsq(XtX - xb.T @ xb, xb.T @ e[sl], rcond=1e-12)[0]
-            g = np.zeros(P + E)
-            g[:P] = (eb.T @ xb).reshape(-1)
-            for a, da in enumerate(dp):
-                if da is not None:
-                    g[P + a] = float(np.sum(da[sl] * eb))
-            scores.append(g)
-    G = np.asarray(scores)
-    sel = np.concatenate([mask.reshape(-1), np.ones(E, bool)])
-    Hinv, und = scaled_inverse(H[np.ix_(sel, sel)])
-    V = Hinv @ (G[:, sel].T @ G[:, sel]) @ Hinv
-    sigma2 = rss / max(n_res - int(sel.sum()), 1)
-    std, white = np.full(P + E, np.inf), np.full(P + E, np.inf)
-    std[sel] = np.where(und, np.inf, np.sqrt(np.clip(np.diagonal(V), 0, None)))
-    white[sel] = np.where(und, np.inf, np.sqrt(np.clip(sigma2 * np.diagonal(Hinv), 0, None)))
-    std[~sel] = white[~sel] = 0.0  # structurally zero weights (outside the coupling radius)
-    return std, white, block

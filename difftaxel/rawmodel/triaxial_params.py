@@ -33,6 +33,7 @@ def _inverse_step(W, spec_degree, has_creep):
         r, a = inp
         lin = W[:, :N3] + (W[:, -N3:] if has_creep else 0.0)
         u = jnp.linalg.solve(lin, r - (W[:, -N3:] @ (a * m_prev - u_prev) if has_creep else 0.0))
+
         def resid(v):
             return W @ psi(v, m_prev, u_prev, a) - r
 
@@ -140,4 +141,6 @@ def load_triaxial_dict(doc, name: str) -> TriaxialModel:
     )
     if not ok:
         raise ValueError(f"{name}: inconsistent three-axis model (shapes or values)")
-    return TriaxialModel(W, deg, None if tau is None else float(tau), scale, pos, rot, tare, coupling)
+    return TriaxialModel(
+        W, deg, None if tau is None else float(tau), scale, pos, rot, tare, coupling
+    )

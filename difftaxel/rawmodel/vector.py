@@ -86,7 +86,9 @@ def checked_wrench_log(log: WrenchLog) -> WrenchLog:
     t = _check_time(name, log.time)
     w = np.asarray(log.wrench, float)
     if w.shape != (t.size, 6):
-        raise ValueError(f"{name}: wrench: expected [{t.size}, 6] (Fx Fy Fz Tx Ty Tz), got {w.shape}")
+        raise ValueError(
+            f"{name}: wrench: expected [{t.size}, 6] (Fx Fy Fz Tx Ty Tz), got {w.shape}"
+        )
     if not np.all(np.isfinite(w)):
         i = int(np.argmax(~np.isfinite(w).all(axis=1)))
         raise ValueError(f"{name}: wrench: non-finite values at sample {i} (drop the sample)")
@@ -108,7 +110,9 @@ def _read_rows(p, what, width_ok, expect):
                 try:
                     vals = [float(v) for v in s.replace(",", " ").split()]
                 except ValueError:
-                    raise ValueError(f"{p}: line {n}: expected numbers '{expect}', got {s[:60]!r}") from None
+                    raise ValueError(
+                        f"{p}: line {n}: expected numbers '{expect}', got {s[:60]!r}"
+                    ) from None
                 if not width_ok(len(vals)) or (width is not None and len(vals) != width):
                     raise ValueError(
                         f"{p}: line {n}: expected '{expect}' on every line, got {len(vals)} columns"
@@ -187,7 +191,9 @@ def _activity(raw: np.ndarray) -> np.ndarray:
     return np.linalg.norm(x - np.median(x, 0), axis=1)
 
 
-def coarse_lag(raw: VectorLog, ref: WrenchLog, max_lag: float = 0.5, step: float | None = None) -> float:
+def coarse_lag(
+    raw: VectorLog, ref: WrenchLog, max_lag: float = 0.5, step: float | None = None
+) -> float:
     """The reference's lag (s) by cross-correlation of the two logs' activity.
 
     The skin's activity (its distance from rest) and the reference's force magnitude are
@@ -217,7 +223,9 @@ def coarse_lag(raw: VectorLog, ref: WrenchLog, max_lag: float = 0.5, step: float
     n = grid.size
     c = np.array([np.dot(a, b[k : k + n]) for k in range(2 * K + 1)])  # lag = (k - K) h
     if not np.any(np.isfinite(c)) or np.ptp(c) == 0:
-        raise ValueError(f"{ref.name or 'reference'}: no load varies in the overlap; cannot align the clocks")
+        raise ValueError(
+            f"{ref.name or 'reference'}: no load varies in the overlap; cannot align the clocks"
+        )
     k = int(np.argmax(c))
     frac = 0.0
     if 0 < k < 2 * K:

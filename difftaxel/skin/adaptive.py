@@ -24,7 +24,8 @@ Presses closer than a third of a contact patch to one already planned are merged
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -116,7 +117,9 @@ def next_presses(
         meas = meas[..., 2]
     N = initial.n_taxels
     if meas.shape != (centres.shape[0], N):
-        raise ValueError(f"measured: expected ({centres.shape[0]}, {N}) normal readings, got {meas.shape}")
+        raise ValueError(
+            f"measured: expected ({centres.shape[0]}, {N}) normal readings, got {meas.shape}"
+        )
     for name, v in (("offset", offset), ("search_depth", search_depth)):
         if not 0 < v < r:
             raise ValueError(f"{name}: expected a value in (0, {r}) (the sphere radius), got {v}")
@@ -146,7 +149,9 @@ def next_presses(
         moved = lay.positions - initial.positions
         ref_p = lay.positions[idf] if idf.any() else initial.positions
         ref_n = lay.normals[idf] if idf.any() else initial.normals
-        reach = max(search_radius, float(np.linalg.norm(moved[idf], axis=1).max()) if idf.any() else 0.0)
+        reach = max(
+            search_radius, float(np.linalg.norm(moved[idf], axis=1).max()) if idf.any() else 0.0
+        )
         a = np.sqrt(2 * r * search_depth - search_depth**2)  # contact-patch radius
         disc = _hex_disc(reach, 0.9 * np.sqrt(3) * a)
         for i in np.flatnonzero(searched):  # host-side planning, a few taxels
@@ -166,7 +171,11 @@ def next_presses(
     planned = np.concatenate(plans) if plans else np.zeros((0, 3))
     planned = _merge(planned, np.sqrt(2 * r * min(depths) - min(depths) ** 2) / 3)
     start = LinkLayout.make(pos, nrm, lay.tangents)
-    return press_scene(planned, r, scene.dt), {"start": start, "targeted": targeted, "searched": searched}
+    return press_scene(planned, r, scene.dt), {
+        "start": start,
+        "targeted": targeted,
+        "searched": searched,
+    }
 
 
 def _merge(c: np.ndarray, tol: float) -> np.ndarray:

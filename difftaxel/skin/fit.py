@@ -275,7 +275,9 @@ def calibrate_layout(
     if ok_i.any():
         noise = float(np.sqrt(np.median(rss_i[ok_i] / dof_i[ok_i])))
     else:  # fewer readings than parameters per taxel: pooled (no taxel is identified anyway)
-        noise = float(np.sqrt(np.sum(rss_i) / max(float(mask.sum()) * float(train.sum()) - N * P, 1.0)))
+        noise = float(
+            np.sqrt(np.sum(rss_i) / max(float(mask.sum()) * float(train.sum()) - N * P, 1.0))
+        )
     A = np.asarray(jnp.einsum("nrp,nrq->npq", J, J), np.float64)
     excited = np.any((np.abs(meas[train]) > 0) & mask[None], axis=(0, 2))
     # a taxel with fewer non-zero readings than parameters is never identified, whatever the

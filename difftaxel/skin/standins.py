@@ -21,7 +21,13 @@ def quantile_draws(rng, n: int, quantiles) -> np.ndarray:
     (0.9, 6.4), (1, 9))`` for a median of 3 and a 90th percentile of 6.4. The draws are
     stratified (one per ``1/n`` of probability, shuffled), so their sample quantiles match."""
     q = np.asarray(quantiles, float)
-    if q.ndim != 2 or q.shape[1] != 2 or q[0, 0] != 0 or q[-1, 0] != 1 or np.any(np.diff(q[:, 0]) <= 0):
+    if (
+        q.ndim != 2
+        or q.shape[1] != 2
+        or q[0, 0] != 0
+        or q[-1, 0] != 1
+        or np.any(np.diff(q[:, 0]) <= 0)
+    ):
         raise ValueError("quantiles: expected (q, value) pairs with q rising from 0 to 1")
     u = (np.arange(n) + 0.5) / n
     return rng.permutation(np.interp(u, q[:, 0], q[:, 1]))
