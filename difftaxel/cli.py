@@ -318,7 +318,9 @@ def _calibrate(args) -> int:
         from .skin import next_presses
 
         try:
-            nxt, info = next_presses(fit, prior, rig, frames)
+            nxt, info = next_presses(
+                fit, prior, rig, frames, sensor=_sensor(rec.sensor, layout.n_taxels, name)
+            )
         except ValueError as e:
             raise ValueError(f"--next-presses: {e}") from None
         c = np.asarray(nxt.bodies.poses)[:, 0, :3] if nxt.n_frames else np.zeros((0, 3))

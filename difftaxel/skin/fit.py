@@ -37,6 +37,9 @@ class LayoutFit(NamedTuple):
         (None without held-out frames).
       holdout: ``[T]`` bool, the held-out frames.
       results: the :class:`~difftaxel.calibrate.FitResult` of each smoothing stage.
+      explained: ``[N]`` bool, the taxel's training residuals are within the noise (a chi-square
+        test at ~4 sigma); a taxel that is not explained is never identified (it sits in a
+        wrong local minimum, whatever its standard deviations say).
     """
 
     layout: LinkLayout
@@ -52,6 +55,7 @@ class LayoutFit(NamedTuple):
     holdout_rmse_initial: float | None
     holdout: np.ndarray
     results: list
+    explained: np.ndarray | None = None
 
     def report(self) -> str:
         """A few lines for people: what was identified, what was not, and the checks."""
@@ -62,6 +66,11 @@ class LayoutFit(NamedTuple):
             f"{int((self.excited & ~self.identified).sum())} excited but not identifiable "
             "(kept at their initial layout)"
         ]
+        if self.explained is not None and (self.excited & ~self.explained).any():
+            lines[0] += (
+                f", of which {int((self.excited & ~self.explained).sum())} with residuals above "
+                "the noise (a wrong local minimum: press them again)"
+            )
         idf = self.identified
         if idf.any():
             lines.append(
@@ -290,8 +299,14 @@ def calibrate_layout(
     std_pos = length_scale * np.sqrt(var[:, :3])
     std_n = np.degrees(np.sqrt(var[:, 3:5].max(1)))
     std_t = np.degrees(np.sqrt(var[:, 5])) if "spin" in sizes else np.full(N, np.nan)
+    # a taxel whose residuals exceed the noise (a chi-square excess at ~4 sigma) sits in a wrong
+    # local minimum, however sharp: its small standard deviations would be a lie
+    explained = ok_i & (
+        rss_i / np.maximum(dof_i, 1) <= noise**2 * (1.0 + 4.0 * np.sqrt(2.0 / np.maximum(dof_i, 1)))
+    )
     identified = (
         excited
+        & explained
         & (std_pos.max(1) <= max_std_position)
         & (std_n <= max_std_normal_deg)
         & (np.isnan(std_t) | (std_t <= max_std_normal_deg))
@@ -329,4 +344,5 @@ def calibrate_layout(
         holdout_rmse_initial=init_rmse,
         holdout=hold,
         results=results,
+        explained=explained,
     )
