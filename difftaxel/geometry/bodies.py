@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +17,20 @@ from .shapes import Sphere, sdf_local_xyz
 
 Array = jax.Array
 
-__all__ = ["Bodies", "ShapeQuery", "point_velocity"]
+__all__ = ["Bodies", "ShapeQuery", "point_velocity", "shape_rows"]
+
+#: Up to this many shapes, per-shape rows are static slices; beyond, one gather.
+STATIC_ROWS_MAX = 8
+
+
+def shape_rows(x: Array, bodies: np.ndarray) -> Array:
+    """Rows ``x[bodies]`` ``[S, ...]`` of a per-body array ``x [B, ...]`` for the static body
+    index of each shape. A few shapes take static slices (a gather's transpose in reverse mode
+    is a scatter, slower on CPU for a handful of rows); beyond ``STATIC_ROWS_MAX`` one gather,
+    so the program does not grow with the number of shapes."""
+    if len(bodies) <= STATIC_ROWS_MAX:
+        return jnp.stack([x[int(i)] for i in bodies])
+    return x[jnp.asarray(bodies)]
 
 
 def point_velocity(twist: Array, origin: Array, p: Array) -> Array:
@@ -146,36 +161,47 @@ class Bodies:
         dtype = x.dtype
         T_frame_world = None if frame is None else _pose.inverse(frame.astype(dtype))
         sds, ns = [], []
-        for s in self.shapes:
-            T_frame_shape = _pose.compose(
-                self.poses[s.body].astype(dtype), s.T_body_shape.astype(dtype)
-            )
-            if T_frame_world is not None:
-                T_frame_shape = _pose.compose(T_frame_world, T_frame_shape)
-            if isinstance(s, Sphere):
-                c = T_frame_shape[:3]
-                sd, m = s.sdf_local_xyz(x - c[0], y - c[1], z - c[2])
-                sds.append(sd)
-                ns.append(list(m))
-                continue
-            R = _pose.quat_to_matrix(T_frame_shape[3:])
-            t = -(R.T @ T_frame_shape[:3])
-            # shape-frame point = R^T p - R^T t_fs, one plane at a time
-            ps = affine_planes(R.T, t, x, y, z)
-            sd, m = sdf_local_xyz(s, *ps)
+        order = []
+        for idx, treedef, leaves in self._kinds():  # one batched evaluation per kind of shape
+            T_b = shape_rows(self.poses, self.shape_bodies[idx]).astype(dtype)
+            sd, n = jax.vmap(
+                lambda leaf, T, td=treedef: _query_one(td, leaf, T, T_frame_world, x, y, z)
+            )(leaves, T_b)
             sds.append(sd)
-            ns.append([R[i, 0] * m[0] + R[i, 1] * m[1] + R[i, 2] * m[2] for i in range(3)])
-        sd = jnp.stack(sds)
-        normal = Planes(*(jnp.stack([n[i] for n in ns]) for i in range(3)))
+            ns.append(n)
+            order.append(idx)
+        order = np.concatenate(order)
+        back = np.argsort(order)  # the shapes' own order (a no-op with one kind)
+        sd = _in_order(sds, back)
+        normal = Planes(*(_in_order([n[i] for n in ns], back) for i in range(3)))
         mask = self._mask(body_mask, sd.shape)
         sd = jnp.where(mask, sd, jnp.asarray(1e6, sd.dtype))
         return ShapeQuery(sd=sd, normal=normal if planar else normal.stack(), mask=mask)
+
+    def _kinds(self):
+        """Shapes grouped by kind (class, static fields, leaf shapes and dtypes): ``(indices [G],
+        treedef, stacked leaves)`` per kind, in order of first appearance. A scene of many shapes
+        of few kinds is then a few batched evaluations: the program (and its compile time) does
+        not grow with the number of shapes."""
+        groups: dict = {}
+        for i, s in enumerate(self.shapes):
+            anon = copy.copy(s)  # the owning body is an index, not a kind: every kind's is 0
+            object.__setattr__(anon, "body", 0)
+            leaves, treedef = jax.tree.flatten(anon)
+            key = (treedef, tuple((np.shape(v), jnp.result_type(v)) for v in leaves))
+            groups.setdefault(key, []).append((i, leaves))
+        out = []
+        for (treedef, _), members in groups.items():
+            idx = np.array([i for i, _ in members], dtype=np.int64)
+            cols = list(zip(*[lv for _, lv in members]))
+            out.append((idx, treedef, [jnp.stack([jnp.asarray(v) for v in c]) for c in cols]))
+        return out
 
     def _mask(self, body_mask, shape):
         if body_mask is None:
             return jnp.ones(shape, bool)
         bm = jnp.asarray(body_mask)
-        per_shape = jnp.stack([bm[int(b)] for b in self.shape_bodies])  # static slices
+        per_shape = shape_rows(bm, self.shape_bodies)
         return jnp.broadcast_to(per_shape[:, None], shape)
 
     def signed_distance(
@@ -201,3 +227,28 @@ class Bodies:
             _pose.pose_position(self.poses[body]).astype(points_world.dtype),
             points_world,
         )
+
+
+def _in_order(parts: list, back: np.ndarray) -> Array:
+    """The kinds' stacked outputs ``[G_k, ...]`` back in the shapes' order ``[S, ...]``."""
+    out = parts[0] if len(parts) == 1 else jnp.concatenate(parts)
+    return out if np.array_equal(back, np.arange(back.size)) else out[back]
+
+
+def _query_one(treedef, leaves, T_body, T_frame_world, x, y, z):
+    """Signed distance and normal (frame F's axes) of one shape at the points ``x, y, z`` (F):
+    the shape rebuilt from its leaves, its pose composed once."""
+    s = jax.tree.unflatten(treedef, leaves)
+    T_frame_shape = _pose.compose(T_body, s.T_body_shape.astype(x.dtype))
+    if T_frame_world is not None:
+        T_frame_shape = _pose.compose(T_frame_world, T_frame_shape)
+    if isinstance(s, Sphere):
+        c = T_frame_shape[:3]
+        sd, m = s.sdf_local_xyz(x - c[0], y - c[1], z - c[2])
+        return sd, tuple(m)
+    R = _pose.quat_to_matrix(T_frame_shape[3:])
+    t = -(R.T @ T_frame_shape[:3])
+    # shape-frame point = R^T p - R^T t_fs, one plane at a time
+    ps = affine_planes(R.T, t, x, y, z)
+    sd, m = sdf_local_xyz(s, *ps)
+    return sd, tuple(R[i, 0] * m[0] + R[i, 1] * m[1] + R[i, 2] * m[2] for i in range(3))

@@ -51,6 +51,7 @@ from .._numerics import eps as _eps
 from .._pytree import derived_field, pytree_dataclass, static_field
 from ..crosstalk import grid_axes, grid_metadata
 from ..geometry import Planes
+from ..geometry.bodies import shape_rows
 from ..geometry.planes import affine_planes
 from ..imperfections import ChainState
 from .base import (
@@ -477,9 +478,8 @@ class KinematicTaxel(_ContactSensor):
         T = inputs.T_world_link.astype(dtype)
         Rt = _pose.quat_to_matrix(T[3:]).T
         b = bodies.shape_bodies
-        # static slices (not a gather: its transpose would be a scatter)
-        tw = jnp.stack([bodies.twists[int(i)] for i in b]).astype(dtype)  # [S, 6]
-        org = jnp.stack([bodies.poses[int(i), :3] for i in b]).astype(dtype)  # [S, 3]
+        tw = shape_rows(bodies.twists, b).astype(dtype)  # [S, 6]
+        org = shape_rows(bodies.poses[:, :3], b).astype(dtype)  # [S, 3]
         tl = inputs.twist_link.astype(dtype)
         w_rel_world = tw[:, 3:] - tl[None, 3:]
         v0_world = tw[:, :3] - tl[None, :3] + cross(tw[:, 3:], T[None, :3] - org)
@@ -487,8 +487,7 @@ class KinematicTaxel(_ContactSensor):
         w = w_rel_world @ Rt.T
         wx, wy, wz = (w[:, i : i + 1] for i in range(3))  # [S, 1]
         # v0 + w x p_L, one affine map per shape (its pose gradient is one product)
-        per_shape = [affine_planes(skew(w[s]), v0[s], *p_link) for s in range(w.shape[0])]
-        v_rel = tuple(jnp.stack([v[i] for v in per_shape]) for i in range(3))  # [S, N]
+        v_rel = jax.vmap(lambda A, c: affine_planes(A, c, *p_link))(jax.vmap(skew)(w), v0)
         return v_rel, (wx, wy, wz)
 
     def _planes(self, state, inputs, key):

@@ -1,0 +1,65 @@
+"""Shapes of one kind are batched: the program does not grow with the number of shapes, and a
+scene's query equals each shape's own, in the shapes' order, whatever the mix of kinds."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from difftaxel.geometry import Bodies, Box, Capsule, Plane, Sphere
+from difftaxel.sensors import KinematicTaxel, make_inputs
+
+
+def sphere_scene(n, seed=0):
+    rng = np.random.default_rng(seed)
+    poses = np.concatenate([rng.normal(size=(n, 3)) * 0.05, np.tile([0, 0, 0, 1.0], (n, 1))], 1)
+    poses[0, :3] = [0.004, 0.004, 0.0095]
+    return Bodies(tuple(Sphere(radius=0.01 + 1e-3 * (i % 3), body=i) for i in range(n)), poses)
+
+
+def step_size(n):
+    g = np.stack(np.meshgrid(np.arange(5) * 2e-3, np.arange(5) * 2e-3), -1).reshape(-1, 2)
+    s = KinematicTaxel(probe_local_pos=np.c_[g, np.zeros(25)], probe_radius=1e-3)
+    inp = make_inputs(np.array([0, 0, 0, 0, 0, 0, 1.0]), sphere_scene(n))
+
+    def loss(P, inp):
+        i2 = inp.replace(bodies=inp.bodies.with_state(P))
+        return jnp.sum(s.step(s.init_state(), i2)[1].measured.force ** 2)
+
+    step = jax.make_jaxpr(lambda inp: s.step(s.init_state(), inp))(inp)
+    grad = jax.make_jaxpr(jax.grad(loss))(inp.bodies.poses, inp)
+    return len(step.jaxpr.eqns), len(grad.jaxpr.eqns)
+
+
+def test_the_program_does_not_grow_with_the_spheres():
+    """KinematicTaxel's step and its gradient: the same number of operations with 12 spheres
+    as with 60 (200 spheres compiled in ~1 s and ~2 s on a 2-core CPU, against 11 s and 75 s
+    with 50 spheres when every shape was its own code)."""
+    assert step_size(12) == step_size(60)
+
+
+def test_a_mixed_scene_equals_each_shape_alone_in_order():
+    rng = np.random.default_rng(1)
+    shapes = (
+        Sphere(radius=0.01, body=0),
+        Box(size=(0.02, 0.03, 0.01), body=1),
+        Sphere(
+            radius=0.02, body=2, T_body_shape=np.array([0.01, 0, 0, 0, 0, 0.38268343, 0.92387953])
+        ),
+        Plane(body=0),
+        Capsule(radius=0.005, length=0.02, body=2),
+        Sphere(radius=0.015, body=1),
+    )
+    q = rng.normal(size=(3, 4))
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    poses = np.concatenate([rng.normal(size=(3, 3)) * 0.01, q], 1)
+    pts = rng.normal(size=(40, 3)) * 0.02
+    frame = np.r_[0.003, -0.002, 0.001, 0.0, 0.0, np.sin(0.2), np.cos(0.2)]
+    mask = np.array([True, False, True])
+    whole = Bodies(shapes, poses).query(pts, mask, frame=jnp.asarray(frame))
+    for i, s in enumerate(shapes):
+        alone = Bodies((s,), poses).query(pts, mask, frame=jnp.asarray(frame))
+        np.testing.assert_array_equal(whole.sd[i], alone.sd[0])
+        np.testing.assert_array_equal(whole.normal[i], alone.normal[0])
+        np.testing.assert_array_equal(whole.mask[i], alone.mask[0])
