@@ -49,6 +49,7 @@ def test_stand_in_follows_the_requested_error_distribution():
         quantile_draws(np.random.default_rng(0), 3, ((0.1, 0), (1, 1)))
 
 
+@pytest.mark.slow  # ~25 s: two fits; the default run plans with next_presses (search, CLI)
 def test_adaptive_loop_identifies_every_taxel_of_a_small_skin():
     """72 taxels with the issue's error distribution: the first plan identifies few (edges and
     far taxels), the second round all of them, within the default budget."""
