@@ -350,24 +350,27 @@ def fit_triaxial(
     scale = np.full(3 * N, max(f_max, 1e-12))
     dts = float(np.median(np.concatenate([np.diff(s.log.time) for s in sessions])))
 
+    def session_design(spec, i, lag):
+        """Session ``i`` at ``lag``: features with session columns ``[T, S + F]``, raw
+        ``[T, 3N]``, usable samples ``[T]``."""
+        s = sessions[i]
+        f, ok = _taxel_forces(s, lag, pos, rot, rest)
+        psi = features(spec, f, s.log.time)
+        ind = np.zeros((psi.shape[0], S))
+        ind[:, i] = 1.0
+        return np.concatenate([ind, psi], 1), s.log.raw.reshape(psi.shape[0], -1), ok
+
     def design(spec, which, lag_list=None):
-        """Per session: (features with session columns [T, S + F], raw [T, 3N], usable [T])."""
+        """Every session's :func:`session_design`, its usable samples restricted to ``which``:
+        'train' (the head of each session), 'valid' (the tail) or 'all'."""
         out = []
-        for i, s in enumerate(sessions):
-            f, ok = _taxel_forces(s, (lags if lag_list is None else lag_list)[i], pos, rot, rest)
-            psi = features(spec, f, s.log.time)
-            T = psi.shape[0]
-            ind = np.zeros((T, S))
-            ind[:, i] = 1.0
+        for i in range(S):
+            X, y, ok = session_design(spec, i, (lags if lag_list is None else lag_list)[i])
+            T = X.shape[0]
+            k = np.arange(T)
             cut = int(round((1 - validation) * T))
-            part = (
-                np.arange(T) < cut
-                if which == "train"
-                else np.arange(T) >= cut
-                if which == "valid"
-                else np.ones(T, bool)
-            )
-            out.append((np.concatenate([ind, psi], 1), s.log.raw.reshape(T, -1), ok & part))
+            part = {"train": k < cut, "valid": k >= cut}.get(which, np.ones(T, bool))
+            out.append((X, y, ok & part))
         return out
 
     def mask_for(spec):
@@ -383,18 +386,14 @@ def fit_triaxial(
             PtY += X[ok].T @ y[ok]
         return _lstsq(PtP, PtY, mask_for(spec))
 
-    def rms(W, parts, drop_offsets=False):
+    def rms(W, parts):
         e = np.concatenate([(X @ W.T - y)[ok] for X, y, ok in parts])
         return float(np.sqrt(np.mean(e * e))) if e.size else np.inf
 
     def normal_eq(spec, i, lag):
         """Session ``i``'s share of the normal equations at ``lag`` (every sample)."""
-        s = sessions[i]
-        f, ok = _taxel_forces(s, lag, pos, rot, rest)
-        psi = features(spec, f, s.log.time)[ok]
-        X = np.concatenate([np.zeros((psi.shape[0], S)), psi], 1)
-        X[:, i] = 1.0
-        y = s.log.raw.reshape(ok.size, -1)[ok]
+        X, y, ok = session_design(spec, i, lag)
+        X, y = X[ok], y[ok]
         return X.T @ X, X.T @ y, float(np.sum(y * y))
 
     def profile(spec, eqs):

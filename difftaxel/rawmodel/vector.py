@@ -175,15 +175,6 @@ def wrench_at(ref: WrenchLog, times, lag: float) -> tuple[np.ndarray, np.ndarray
     return w, (s >= ref.time[0]) & (s <= ref.time[-1])
 
 
-def wrench_slope(ref: WrenchLog, times, lag: float) -> np.ndarray:
-    """``d wrench_at / d lag`` ``[T, 6]``: the reference's slope on the interval holding each
-    ``t + lag`` (the derivative of the linear interpolation)."""
-    s = np.asarray(times, float) + float(lag)
-    i = np.clip(np.searchsorted(ref.time, s) - 1, 0, ref.time.size - 2)
-    dt = ref.time[i + 1] - ref.time[i]
-    return (ref.wrench[i + 1] - ref.wrench[i]) / dt[:, None]
-
-
 def _activity(raw: np.ndarray) -> np.ndarray:
     """How far the array is from rest at each sample: the norm of the raw values past their
     per-channel median (most samples of a press log are near rest or near a press)."""
