@@ -63,3 +63,28 @@ def test_a_mixed_scene_equals_each_shape_alone_in_order():
         np.testing.assert_array_equal(whole.sd[i], alone.sd[0])
         np.testing.assert_array_equal(whole.normal[i], alone.normal[0])
         np.testing.assert_array_equal(whole.mask[i], alone.mask[0])
+
+
+def test_elastomer_start_boxes_do_not_grow_with_the_spheres():
+    """ElastomerTaxel(stale_aabb=True) tests every marker against every shape's start-of-step
+    box: one batched evaluation per kind, so 12 and 60 spheres make the same program."""
+    from difftaxel.layout import generate_grid_points_on_plane
+    from difftaxel.sensors import ElastomerTaxel, TrackedPoints
+
+    grid = generate_grid_points_on_plane((-0.006, -0.006, 0), (0.006, 0.006, 0), (0, 0, 1), 3, 3)
+    e = ElastomerTaxel(
+        probe_local_pos=grid,
+        track_points=TrackedPoints(points=np.zeros((1, 3)), segments=((0, 1),)),
+        shear_scale=0.0,
+        probe_radius=0.001,
+        stale_aabb=True,
+    )
+
+    def size(n):
+        b = sphere_scene(n)
+        inp = make_inputs(
+            np.array([0, 0, 0, 0, 0, 0, 1.0]), b, body_poses_start=np.asarray(b.poses)
+        )
+        return len(jax.make_jaxpr(e.depths)(inp).jaxpr.eqns)
+
+    assert size(12) == size(60)

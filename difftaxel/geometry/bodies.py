@@ -17,10 +17,31 @@ from .shapes import Sphere, sdf_local_xyz
 
 Array = jax.Array
 
-__all__ = ["Bodies", "ShapeQuery", "point_velocity", "shape_rows"]
+__all__ = ["Bodies", "ShapeQuery", "point_velocity", "shape_kinds", "shape_rows", "in_shape_order"]
 
 #: Up to this many shapes, per-shape rows are static slices; beyond, one gather.
 STATIC_ROWS_MAX = 8
+
+
+def shape_kinds(shapes) -> list:
+    """Shapes grouped by kind (class, static fields other than the owning body, leaf shapes and
+    dtypes): ``(indices [G], treedef, stacked leaves)`` per kind, in order of first appearance.
+    A scene of many shapes of few kinds is then a few batched evaluations (``jax.vmap`` over a
+    kind, the shape rebuilt with ``jax.tree.unflatten(treedef, leaves)``): the program, and
+    its compile time, do not grow with the number of shapes."""
+    groups: dict = {}
+    for i, s in enumerate(shapes):
+        anon = copy.copy(s)  # the owning body is an index, not a kind: every kind's is 0
+        object.__setattr__(anon, "body", 0)
+        leaves, treedef = jax.tree.flatten(anon)
+        key = (treedef, tuple((np.shape(v), jnp.result_type(v)) for v in leaves))
+        groups.setdefault(key, []).append((i, leaves))
+    out = []
+    for (treedef, _), members in groups.items():
+        idx = np.array([i for i, _ in members], dtype=np.int64)
+        cols = list(zip(*[lv for _, lv in members]))
+        out.append((idx, treedef, [jnp.stack([jnp.asarray(v) for v in c]) for c in cols]))
+    return out
 
 
 def shape_rows(x: Array, bodies: np.ndarray) -> Array:
@@ -162,7 +183,7 @@ class Bodies:
         T_frame_world = None if frame is None else _pose.inverse(frame.astype(dtype))
         sds, ns = [], []
         order = []
-        for idx, treedef, leaves in self._kinds():  # one batched evaluation per kind of shape
+        for idx, treedef, leaves in shape_kinds(self.shapes):  # one batched evaluation per kind
             T_b = shape_rows(self.poses, self.shape_bodies[idx]).astype(dtype)
             sd, n = jax.vmap(
                 lambda leaf, T, td=treedef: _query_one(td, leaf, T, T_frame_world, x, y, z)
@@ -170,32 +191,11 @@ class Bodies:
             sds.append(sd)
             ns.append(n)
             order.append(idx)
-        order = np.concatenate(order)
-        back = np.argsort(order)  # the shapes' own order (a no-op with one kind)
-        sd = _in_order(sds, back)
-        normal = Planes(*(_in_order([n[i] for n in ns], back) for i in range(3)))
+        sd = in_shape_order(sds, order)
+        normal = Planes(*(in_shape_order([n[i] for n in ns], order) for i in range(3)))
         mask = self._mask(body_mask, sd.shape)
         sd = jnp.where(mask, sd, jnp.asarray(1e6, sd.dtype))
         return ShapeQuery(sd=sd, normal=normal if planar else normal.stack(), mask=mask)
-
-    def _kinds(self):
-        """Shapes grouped by kind (class, static fields, leaf shapes and dtypes): ``(indices [G],
-        treedef, stacked leaves)`` per kind, in order of first appearance. A scene of many shapes
-        of few kinds is then a few batched evaluations: the program (and its compile time) does
-        not grow with the number of shapes."""
-        groups: dict = {}
-        for i, s in enumerate(self.shapes):
-            anon = copy.copy(s)  # the owning body is an index, not a kind: every kind's is 0
-            object.__setattr__(anon, "body", 0)
-            leaves, treedef = jax.tree.flatten(anon)
-            key = (treedef, tuple((np.shape(v), jnp.result_type(v)) for v in leaves))
-            groups.setdefault(key, []).append((i, leaves))
-        out = []
-        for (treedef, _), members in groups.items():
-            idx = np.array([i for i, _ in members], dtype=np.int64)
-            cols = list(zip(*[lv for _, lv in members]))
-            out.append((idx, treedef, [jnp.stack([jnp.asarray(v) for v in c]) for c in cols]))
-        return out
 
     def _mask(self, body_mask, shape):
         if body_mask is None:
@@ -229,8 +229,10 @@ class Bodies:
         )
 
 
-def _in_order(parts: list, back: np.ndarray) -> Array:
-    """The kinds' stacked outputs ``[G_k, ...]`` back in the shapes' order ``[S, ...]``."""
+def in_shape_order(parts: list, order: list) -> Array:
+    """The kinds' stacked outputs ``[G_k, ...]`` (kind ``k`` holding shapes ``order[k]``) back
+    in the shapes' order ``[S, ...]``."""
+    back = np.argsort(np.concatenate(order))
     out = parts[0] if len(parts) == 1 else jnp.concatenate(parts)
     return out if np.array_equal(back, np.arange(back.size)) else out[back]
 

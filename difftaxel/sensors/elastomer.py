@@ -20,6 +20,7 @@ from .._numerics import eps as _eps
 from .._pytree import pytree_dataclass, replace, static_field
 from ..crosstalk import grid_axes
 from ..geometry import Planes
+from ..geometry.bodies import in_shape_order, shape_kinds, shape_rows
 from ..imperfections import ChainState
 from .base import (
     Reading,
@@ -299,20 +300,27 @@ class ElastomerTaxel(PointCloudSensor):
         dtype = T.dtype
         p = _pose.matrix_apply(_pose.quat_to_matrix(T[3:]), T[:3], x)  # [N, 3] world
         pick = np.array(list(itertools.product((0, 1), repeat=3)))  # [8, 3]: lo or hi per axis
-        rows = []
-        for s in inputs.bodies.shapes:
+        shapes = inputs.bodies.shapes
+        bodies = np.array([s.body for s in shapes])
+
+        def inside_box(treedef, leaves, T_body):
+            s = jax.tree.unflatten(treedef, leaves)
             lo, hi = (jnp.asarray(v, dtype) for v in s.aabb_local())  # traced sizes allowed
             bounded = jnp.all(jnp.isfinite(lo)) & jnp.all(jnp.isfinite(hi))  # a plane is not
             lo, hi = jnp.where(bounded, lo, 0.0), jnp.where(bounded, hi, 0.0)
             c = jnp.where(pick == 1, hi[None], lo[None])  # the box's 8 corners
-            Tw = _pose.compose(
-                inputs.body_poses_start[s.body].astype(dtype), s.T_body_shape.astype(dtype)
-            )
+            Tw = _pose.compose(T_body, s.T_body_shape.astype(dtype))
             cw = _pose.matrix_apply(_pose.quat_to_matrix(Tw[3:]), Tw[:3], c)
             lo_w, hi_w = jnp.min(cw, 0), jnp.max(cw, 0)
             inside = jnp.all((p >= lo_w[None]) & (p <= hi_w[None]), -1)
-            rows.append(inside | ~bounded)
-        return jnp.stack(rows)
+            return inside | ~bounded
+
+        rows, order = [], []
+        for idx, treedef, leaves in shape_kinds(shapes):  # one batched evaluation per kind
+            T_b = shape_rows(inputs.body_poses_start, bodies[idx]).astype(dtype)
+            rows.append(jax.vmap(lambda lv, T, td=treedef: inside_box(td, lv, T))(leaves, T_b))
+            order.append(idx)
+        return in_shape_order(rows, order)
 
     def _direct(self, H: Array) -> Array:
         x = self.flat_positions(H.dtype)
