@@ -83,6 +83,7 @@ class TriaxialModel(NamedTuple):
 
     @property
     def n_taxels(self) -> int:
+        """``N``, the taxels the model reads."""
         return self.positions.shape[0]
 
 
@@ -115,6 +116,7 @@ class TriaxialFit(NamedTuple):
     undetermined: list
 
     def report(self) -> str:
+        """A few lines for people: the model chosen, each session's lag with its std, the fit."""
         m = self.model
         lags = ", ".join(
             f"{1e3 * v:.1f} +- {1e3 * s:.2f} ms" for v, s in zip(self.lags, self.lag_std)
@@ -168,12 +170,15 @@ def _monomials(v, degree: int):
 
 
 class _Spec(NamedTuple):
+    """What the features need: polynomial ``degree``, creep ``tau`` (s or None), ``scale [3N]``."""
+
     degree: int
     tau: float | None
     scale: np.ndarray
 
 
 def _decay(time, tau):
+    """The Maxwell element's per-sample decay ``exp(-dt / tau)`` ``[T]`` (1 at the first sample)."""
     return np.exp(-np.diff(time, prepend=time[0]) / tau)
 
 

@@ -47,6 +47,7 @@ class VectorLog(NamedTuple):
 
     @property
     def n_taxels(self) -> int:
+        """``N``, the taxels in the log."""
         return self.raw.shape[1]
 
 
@@ -82,6 +83,7 @@ def checked_vector_log(log: VectorLog) -> VectorLog:
 
 
 def checked_wrench_log(log: WrenchLog) -> WrenchLog:
+    """The log with its arrays checked (time, ``[S, 6]`` finite wrenches), named in errors."""
     name = log.name or "reference log"
     t = _check_time(name, log.time)
     w = np.asarray(log.wrench, float)

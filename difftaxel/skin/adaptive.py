@@ -241,6 +241,7 @@ class AdaptiveFit(NamedTuple):
     stopped: str
 
     def report(self) -> str:
+        """Presses against identified fraction per round, why the loop stopped, the last fit."""
         rounds = ", ".join(f"{p} presses: {100 * f:.1f} %" for p, f in self.history)
         return f"identified per round ({rounds}); stopped: {self.stopped}\n" + self.fit.report()
 
