@@ -292,3 +292,29 @@ def test_taxel_axes_turn_the_forces():
     np.testing.assert_allclose(b.lags, a.lags, atol=1e-7)
     pa, pb = predict_triaxial(a, raws[0]), predict_triaxial(b, raws[0])
     np.testing.assert_allclose(pb, np.einsum("ji,tnj->tni", R, pa), atol=1e-6)
+
+
+def test_non_finite_values_are_refused_where_they_enter(tmp_path):
+    """A NaN raw value or wrench is refused naming the log and the sample; a model with a NaN
+    weight is refused before anything is written (what is written reads back)."""
+    raws, refs, pos, _ = magnetic_array(8, sessions=1, duration=3.0)
+    raw = raws[0].raw.copy()
+    raw[7, 1, 2] = np.nan
+    with pytest.raises(ValueError, match="session0_raw: raw: non-finite values at sample 7"):
+        fit_triaxial([VectorLog(raws[0].time, raw, raws[0].name)], refs, pos)
+    w = refs[0].wrench.copy()
+    w[3, 5] = np.inf
+    with pytest.raises(ValueError, match="session0_ft: wrench: non-finite values at sample 3"):
+        fit_triaxial(raws, [WrenchLog(refs[0].time, w, refs[0].name)], pos)
+    fit = fit_triaxial(raws, refs, pos, degrees=(1,), taus=())
+    bad = fit.model._replace(
+        weights=np.where(
+            np.arange(fit.model.weights.size).reshape(fit.model.weights.shape) == 0,
+            np.nan,
+            fit.model.weights,
+        )
+    )
+    path = tmp_path / "m.json"
+    with pytest.raises(ValueError, match="inconsistent"):
+        save_triaxial(path, bad)
+    assert not path.exists() and not list(tmp_path.iterdir())
