@@ -68,14 +68,15 @@ def magnetic_array(
     noise_force: float = 0.03,
     noise_torque: float = 3e-4,
     noise_ar: float = 0.0,
+    grid: tuple = (2, 2),
 ):
-    """A 2 x 2 three-axis magnetic array over a force/torque sensor: ``(raws, refs, positions,
-    truth)``.
+    """A three-axis magnetic array (``grid`` rows x columns, 2 x 2 by default) over a
+    force/torque sensor: ``(raws, refs, positions, truth)``.
 
-    ``raws``: one :class:`VectorLog` per session (``[T, 4, 3]`` uT at ``raw_rate`` Hz with 1 %
+    ``raws``: one :class:`VectorLog` per session (``[T, N, 3]`` uT at ``raw_rate`` Hz with 1 %
     timing jitter); ``refs``: one :class:`WrenchLog` per session (Fx Fy Fz N, Tx Ty Tz N m in the
     sensor frame at ``ref_rate`` Hz, its clock late by the session's lag: ``lag`` +- up to
-    ``lag_spread`` s); ``positions [4, 3]`` (m): taxel centres in the sensor frame (``pitch``
+    ``lag_spread`` s); ``positions [N, 3]`` (m): taxel centres in the sensor frame (``pitch``
     apart at ``height``), taxel axes along the sensor's; ``truth``: :class:`MagneticTruth`.
 
     The fields are ``o_s + G (f - q(f) + creep * m)``: ``m`` a Maxwell element of time constant
@@ -88,9 +89,13 @@ def magnetic_array(
     array as the sensor reads it), shear up to 30 % of it, 0.4 s rise, 0.2-0.6 s hold.
     """
     rng = np.random.default_rng(seed)
-    N = 4
-    g = (np.arange(2) - 0.5) * pitch
-    X, Y = np.meshgrid(g, g, indexing="ij")
+    rows, cols = (int(v) for v in grid)
+    N = rows * cols
+    X, Y = np.meshgrid(
+        (np.arange(rows) - (rows - 1) / 2) * pitch,
+        (np.arange(cols) - (cols - 1) / 2) * pitch,
+        indexing="ij",
+    )
     pos = np.stack([X.ravel(), Y.ravel(), np.full(N, height)], -1)
     G = np.zeros((3 * N, 3 * N))
     own = []

@@ -434,11 +434,6 @@ def fit_triaxial(
             lags[i] = _golden(cost, lags[i] - 2 * dts, lags[i] + 2 * dts, tol=dts * 1e-3)
             eqs[i] = normal_eq(spec, i, lags[i])
 
-    # 1. a linear model aligns the clocks roughly
-    spec = _Spec(1, None, scale)
-    for _ in range(int(lag_iterations)):
-        refine_lags(spec)
-    # 2. degree and tau are chosen on validation
     if isinstance(taus, str):
         if taus != "auto":
             raise ValueError(
@@ -449,6 +444,14 @@ def fit_triaxial(
         grid, refine = [float(t) for t in taus], False
         if any(not (np.isfinite(t) and t > 0) for t in grid):
             raise ValueError(f"taus: expected positive time constants (s), got {grid}")
+    # 1. a linear model aligns the clocks roughly, with a creep element when one may be chosen
+    # (unmodelled creep delays the field behind the load, and the lag would absorb it: the
+    # choice below would then compare models at lags biased against the creep)
+    spec = _Spec(1, float(np.exp(np.mean(np.log(grid)))) if grid else None, scale)
+    for _ in range(int(lag_iterations)):
+        spec = refine_tau(spec)
+        refine_lags(spec)
+    # 2. degree and tau are chosen on validation
     scores = {}
 
     def score(deg, tau):
