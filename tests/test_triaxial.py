@@ -61,6 +61,7 @@ def test_held_out_session_within_the_noise_floor_and_lags_within_a_sample(array_
     assert np.all(np.abs(fit.offsets - truth.offsets[:4]) < 6 * fit.offset_std + 1e-9)
     text = fit.report()
     assert "reference lag per session" in text and "degree 2" in text
+    assert fit.warnings == ()  # every taxel pressed in many directions before the split
 
 
 def test_the_inverse_recovers_the_forces_the_model_makes(array_fit):
@@ -318,3 +319,12 @@ def test_non_finite_values_are_refused_where_they_enter(tmp_path):
     with pytest.raises(ValueError, match="inconsistent"):
         save_triaxial(path, bad)
     assert not path.exists() and not list(tmp_path.iterdir())
+
+
+def test_a_taxel_pressed_in_too_few_directions_is_named():
+    """A 3 x 4 array over two 20 s sessions: some taxels are pressed once or twice before the
+    validation split, too few directions for their 3 x 3 response; the fit says which."""
+    raws, refs, pos, _ = magnetic_array(2, sessions=2, duration=20.0, grid=(3, 4))
+    fit = fit_triaxial(raws, refs, pos, degrees=(1,), taus=())
+    assert len(fit.warnings) == 1 and "fewer than three independent" in fit.warnings[0]
+    assert "warning: taxels [" in fit.report()

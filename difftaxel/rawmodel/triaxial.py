@@ -100,6 +100,8 @@ class TriaxialFit(NamedTuple):
       validation: ``{(degree, tau): raw RMS}`` on the validation part, every candidate tried.
       rmse: training raw RMS; ``block``: the sandwich's block length (samples).
       undetermined: parameters the data does not determine, by name.
+      warnings: what limits the fit, in words (e.g. a taxel pressed in fewer than three
+        independent directions in the part that chooses the model).
     """
 
     model: TriaxialModel
@@ -114,6 +116,7 @@ class TriaxialFit(NamedTuple):
     rmse: float
     block: int
     undetermined: list
+    warnings: tuple = ()
 
     def report(self) -> str:
         """A few lines for people: the model chosen, each session's lag with its std, the fit."""
@@ -133,6 +136,7 @@ class TriaxialFit(NamedTuple):
                 f"{len(self.undetermined)} parameters not determined by the data (infinite std), "
                 f"e.g. {', '.join(self.undetermined[:4])}"
             )
+        lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
 
@@ -451,7 +455,16 @@ def fit_triaxial(
     for _ in range(int(lag_iterations)):
         spec = refine_tau(spec)
         refine_lags(spec)
-    # 2. degree and tau are chosen on validation
+    # 2. degree and tau are chosen on validation; a taxel pressed in fewer than three
+    # independent directions before the split has a 3 x 3 response the split cannot judge
+    warnings = []
+    thin = _thin_taxels(sessions, lags, pos, rot, rest, 1 - validation)
+    if thin:
+        warnings.append(
+            f"taxels {thin} are pressed in fewer than three independent force directions in the "
+            f"first {100 * (1 - validation):.0f} % of the sessions, which choose the model: "
+            "record more presses per taxel (the degree and creep chosen may be wrong)"
+        )
     scores = {}
 
     def score(deg, tau):
@@ -517,7 +530,27 @@ def fit_triaxial(
         rms(W, parts),
         block,
         undetermined,
+        tuple(warnings),
     )
+
+
+def _thin_taxels(sessions, lags, pos, rot, rest, head: float) -> list:
+    """Taxels whose loads in the first ``head`` of every session span fewer than three
+    directions (the smallest singular value of their stacked forces under 5 % of the largest)."""
+    N = pos.shape[0]
+    stacks = [[] for _ in range(N)]
+    for s, lag in zip(sessions, lags):
+        f, ok = _taxel_forces(s, lag, pos, rot, rest)
+        f = f[: int(round(head * f.shape[0]))][ok[: int(round(head * f.shape[0]))]]
+        for i in range(N):  # host, once per fit
+            stacks[i].append(f[:, i][np.linalg.norm(f[:, i], axis=1) > rest])
+    thin = []
+    for i in range(N):
+        a = np.concatenate(stacks[i])
+        sv = np.linalg.svd(a, compute_uv=False) if a.shape[0] >= 3 else np.zeros(3)
+        if sv.size < 3 or sv[-1] < 0.05 * max(sv[0], 1e-300):
+            thin.append(i)
+    return thin
 
 
 def _golden(f, lo, hi, tol):
