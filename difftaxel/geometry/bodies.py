@@ -91,7 +91,8 @@ class Bodies:
       twists: ``[B, 6]`` body twists: linear velocity of the body frame origin (m/s) then
         angular velocity (rad/s), both world frame. Defaults to zeros.
 
-    Shapes are evaluated one after the other (a static loop over the few shapes); points are
+    Shapes of one kind (class, static fields, leaf shapes) are one batched evaluation
+    (:func:`shape_kinds`), so the program does not grow with the number of shapes; points are
     vectorised. For many environments, ``jax.vmap`` over ``poses``/``twists`` (the shapes can
     be shared with ``in_axes=None`` on their leaves).
     """
