@@ -25,7 +25,7 @@ STATIC_ROWS_MAX = 8
 
 def shape_kinds(shapes) -> list:
     """Shapes grouped by kind (class, static fields other than the owning body, leaf shapes and
-    dtypes): ``(indices [G], treedef, stacked leaves)`` per kind, in order of first appearance.
+    dtypes): ``(indices [G], treedef, stacked leaves, owning bodies [G])`` per kind, in order of first appearance.
     A scene of many shapes of few kinds is then a few batched evaluations (``jax.vmap`` over a
     kind, the shape rebuilt with ``jax.tree.unflatten(treedef, leaves)``): the program, and
     its compile time, do not grow with the number of shapes."""
@@ -40,7 +40,8 @@ def shape_kinds(shapes) -> list:
     for (treedef, _), members in groups.items():
         idx = np.array([i for i, _ in members], dtype=np.int64)
         cols = list(zip(*[lv for _, lv in members]))
-        out.append((idx, treedef, [jnp.stack([jnp.asarray(v) for v in c]) for c in cols]))
+        stacked = [jnp.stack([jnp.asarray(v) for v in c]) for c in cols]
+        out.append((idx, treedef, stacked, np.array([shapes[i].body for i in idx], np.int64)))
     return out
 
 
@@ -182,18 +183,7 @@ class Bodies:
         x, y, z = points if planar else Planes.from_array(points)
         dtype = x.dtype
         T_frame_world = None if frame is None else _pose.inverse(frame.astype(dtype))
-        sds, ns = [], []
-        order = []
-        for idx, treedef, leaves in shape_kinds(self.shapes):  # one batched evaluation per kind
-            T_b = shape_rows(self.poses, self.shape_bodies[idx]).astype(dtype)
-            sd, n = jax.vmap(
-                lambda leaf, T, td=treedef: _query_one(td, leaf, T, T_frame_world, x, y, z)
-            )(leaves, T_b)
-            sds.append(sd)
-            ns.append(n)
-            order.append(idx)
-        sd = in_shape_order(sds, order)
-        normal = Planes(*(in_shape_order([n[i] for n in ns], order) for i in range(3)))
+        sd, normal = query_kinds(shape_kinds(self.shapes), self.poses, T_frame_world, x, y, z)
         mask = self._mask(body_mask, sd.shape)
         sd = jnp.where(mask, sd, jnp.asarray(1e6, sd.dtype))
         return ShapeQuery(sd=sd, normal=normal if planar else normal.stack(), mask=mask)
@@ -236,6 +226,25 @@ def in_shape_order(parts: list, order: list) -> Array:
     back = np.argsort(np.concatenate(order))
     out = parts[0] if len(parts) == 1 else jnp.concatenate(parts)
     return out if np.array_equal(back, np.arange(back.size)) else out[back]
+
+
+def query_kinds(kinds, poses, T_frame_world, x, y, z):
+    """``(sd [S, P], normal Planes of [S, P])`` of every shape at the points ``x, y, z``
+    (``[P]`` each, frame F): one batched evaluation per kind of :func:`shape_kinds` (``kinds``:
+    ``(indices [G], treedef, stacked leaves, bodies [G])``), back in the shapes' order.
+    ``poses [B, 7]`` are the bodies' world poses; ``T_frame_world`` maps world to F (None: F
+    is the world frame)."""
+    sds, ns, order = [], [], []
+    for idx, treedef, leaves, bodies in kinds:
+        T_b = shape_rows(poses, bodies).astype(x.dtype)
+        sd, n = jax.vmap(
+            lambda leaf, T, td=treedef: _query_one(td, leaf, T, T_frame_world, x, y, z)
+        )(leaves, T_b)
+        sds.append(sd)
+        ns.append(n)
+        order.append(idx)
+    sd = in_shape_order(sds, order)
+    return sd, Planes(*(in_shape_order([n[i] for n in ns], order) for i in range(3)))
 
 
 def _query_one(treedef, leaves, T_body, T_frame_world, x, y, z):

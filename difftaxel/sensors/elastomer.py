@@ -316,7 +316,7 @@ class ElastomerTaxel(PointCloudSensor):
             return inside | ~bounded
 
         rows, order = [], []
-        for idx, treedef, leaves in shape_kinds(shapes):  # one batched evaluation per kind
+        for idx, treedef, leaves, _ in shape_kinds(shapes):  # one batched evaluation per kind
             T_b = shape_rows(inputs.body_poses_start, bodies[idx]).astype(dtype)
             rows.append(jax.vmap(lambda lv, T, td=treedef: inside_box(td, lv, T))(leaves, T_b))
             order.append(idx)

@@ -1,0 +1,245 @@
+"""The nearest surface at each probe of one sensor link, with a broad phase per link.
+
+A sensor link's probes read only shapes within a **reach** of them (a probe radius, plus its
+noise and its smoothing tail): a shape farther than that from every probe changes no reading.
+:func:`nearest_surface` finds, per probe, the shape with the smallest signed distance (or the
+smallest ``|sd|``, Genesis's raycast rule), in one of two ways:
+
+* **exhaustive**: every shape at every probe (``S x N`` evaluations), then the smallest;
+* **broad phase** (per link and environment): each shape is first tested once against the
+  ball ``B(c, rho)`` that holds the link's probes (:func:`kind_lower_bounds`); a shape whose
+  signed distance is provably larger than ``reach`` over the whole ball is skipped, and only
+  the others are evaluated at the probes, in a ``while_loop`` over the near shapes of each
+  kind. The cost is ``S`` one-point tests plus ``N`` evaluations per near shape: it follows
+  the shapes near the link, not the shapes in the scene. There is no capacity to choose and
+  nothing to overflow; under ``vmap`` the loop runs as many iterations as the environment with
+  the most near shapes needs.
+
+Both give the same nearest surface wherever it lies within ``reach``, which is all a reading
+depends on; beyond it the broad phase reports ``sd = FAR``. Derivatives (forward and reverse)
+are the exhaustive pass's: a ``while_loop`` has no reverse mode, so the broad phase is the
+value of a custom JVP whose tangent is the exhaustive pass's (the same winner, selected by a
+one-hot mask; a derivative still costs ``S x N`` evaluations).
+
+The skip is exact, not a heuristic: each rule is a proven lower bound of the signed distance
+*as implemented* over the ball. An ``L``-Lipschitz SDF is at least ``sd(c) - L rho`` there
+(``L = 1`` for the analytic primitives and the convex hull's plane maximum; a continuous
+``GridSDF`` takes ``L`` from its node differences). A winding-signed ``TriangleMesh`` is
+"outside" wherever its vertices' bounding sphere subtends less than a hemisphere (the winding
+number is then below 1/2), so beyond that sphere its distance is at least the distance to it.
+Shapes with no such bound (``GridSDF(out_of_grid="genesis")``, whose proxy jumps at the grid's
+border; a face-signed ``TriangleMesh``; classes from outside difftaxel) are never skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import pose as _pose
+from .._numerics import eps as _eps
+from .bodies import _query_one, query_kinds, shape_kinds, shape_rows
+from .grid import GridSDF
+from .mesh import TriangleMesh
+from .planes import Planes
+from .shapes import Box, Capsule, ConvexHull, Cylinder, Plane, Sphere
+
+Array = jax.Array
+
+__all__ = ["nearest_surface", "kind_lower_bounds", "FAR"]
+
+#: ``sd`` (m) reported where no shape lies within reach
+FAR = 1e6
+
+_LIPSCHITZ_ONE = (Sphere, Plane, Box, Capsule, Cylinder, ConvexHull)
+
+
+def _grid_lipschitz(g: GridSDF, dtype) -> Array:
+    """A Lipschitz constant of a continuous ``GridSDF``: along an axis the trilinear
+    interpolant's slope is a weighted mean of that axis's node differences over the cell, and
+    outside the grid the distance to it adds a 1-Lipschitz term."""
+    v = g.values.astype(dtype)
+    s = g.scale.astype(dtype)
+    slopes = [jnp.max(jnp.abs(jnp.diff(v, axis=a))) * s[a] for a in range(3)]
+    return jnp.sqrt(sum(q * q for q in slopes)) + 1.0
+
+
+def kind_lower_bounds(treedef, leaves, T_b: Array, T_frame_world, c, rho: Array) -> Array:
+    """Lower bounds ``[G]`` (m) of the signed distances of ``G`` shapes of one kind over the
+    ball ``B(c, rho)``.
+
+    Args:
+      treedef, leaves: the kind (:func:`~difftaxel.geometry.bodies.shape_kinds`): its tree
+        structure and leaves stacked ``[G, ...]``.
+      T_b: ``[G, 7]`` world poses of the owning bodies (position m, quaternion x, y, z, w).
+      T_frame_world: ``[7]`` pose mapping world to the ball's frame F, or None (world).
+      c: the ball's centre, three ``[]`` coordinates (m, frame F); ``rho``: its radius (m).
+
+    Returns ``-inf`` for a kind with no proven bound (never skipped); see the module docstring.
+    """
+    dtype = rho.dtype
+    G = T_b.shape[0]
+    proto = jax.tree.unflatten(treedef, [lv[0] for lv in leaves])
+    if isinstance(proto, TriangleMesh) and proto.sign == "winding":
+
+        def one(leaf, T):
+            s = jax.tree.unflatten(treedef, leaf)
+            tri = s.triangles[: s.n_faces].reshape(-1, 3).astype(dtype)
+            mid = 0.5 * (jnp.min(tri, 0) + jnp.max(tri, 0))
+            R = jnp.sqrt(jnp.max(jnp.sum((tri - mid) ** 2, -1)))
+            T_fs = _pose.compose(T, s.T_body_shape.astype(dtype))
+            if T_frame_world is not None:
+                T_fs = _pose.compose(T_frame_world, T_fs)
+            m = _pose.apply(T_fs, mid)
+            dist = jnp.sqrt(sum((m[i] - c[i]) ** 2 for i in range(3)))
+            return jnp.where(dist - rho > R, dist - rho - R, -jnp.inf)
+
+        return jax.vmap(one)(leaves, T_b)
+    if isinstance(proto, GridSDF) and proto.out_of_grid == "continuous":
+        L = jax.vmap(lambda leaf: _grid_lipschitz(jax.tree.unflatten(treedef, leaf), dtype))(leaves)
+    elif type(proto) in _LIPSCHITZ_ONE:
+        L = jnp.ones((G,), dtype)
+    else:
+        return jnp.full((G,), -jnp.inf, dtype)
+    one = jnp.ones((1,), dtype)
+    sd, _ = jax.vmap(
+        lambda leaf, T: _query_one(
+            treedef, leaf, T, T_frame_world, c[0] * one, c[1] * one, c[2] * one
+        )
+    )(leaves, T_b)
+    return sd[:, 0] - L * rho
+
+
+def _probe_ball(x, y, z):
+    """Centre (mean, three ``[]``) and radius ``[]`` of a ball holding the probes; no
+    derivative (the skip only decides which shapes to evaluate)."""
+    x, y, z = (jax.lax.stop_gradient(q) for q in (x, y, z))
+    c = (jnp.mean(x), jnp.mean(y), jnp.mean(z))
+    rho = jnp.sqrt(jnp.max((x - c[0]) ** 2 + (y - c[1]) ** 2 + (z - c[2]) ** 2))
+    return c, rho
+
+
+def _key(mode: str, sd: Array) -> Array:
+    return jnp.abs(sd) if mode == "raycast" else sd
+
+
+def _dense(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
+    """Every shape at every probe, the smallest key (first shape on ties) selected by a
+    one-hot mask (so a derivative flows through the winner only)."""
+    del reach
+    kinds = [(idx, td, lv, bd) for (idx, td, bd), lv in zip(spec, leaves, strict=True)]
+    sd, n = query_kinds(kinds, poses, T_fw, x, y, z)  # [S, N]
+    on = shape_on[:, None]
+    sd = jnp.where(on, sd, jnp.asarray(FAR, sd.dtype))
+    k = jnp.argmin(jnp.where(on, _key(mode, sd), jnp.inf), axis=0)
+    onehot = jnp.arange(sd.shape[0])[:, None] == k[None]
+
+    def pick(a):
+        return jnp.sum(jnp.where(onehot, a, jnp.zeros((), a.dtype)), axis=0)
+
+    return pick(sd), tuple(pick(a) for a in n), k.astype(jnp.int32)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
+    dtype = x.dtype
+    N = x.shape[0]
+    S = int(sum(len(idx) for idx, _, _ in spec))
+    c, rho = _probe_ball(x, y, z)
+    big = jnp.asarray(FAR, dtype)
+    best = (
+        jnp.full((N,), jnp.inf, dtype),  # key
+        jnp.full((N,), big),  # sd
+        (jnp.zeros((N,), dtype),) * 3,  # normal
+        jnp.full((N,), S, jnp.int32),  # shape index (S: none)
+    )
+    for (idx, treedef, bodies), lv in zip(spec, leaves, strict=True):  # a few kinds, static
+        T_b = shape_rows(poses, bodies).astype(dtype)
+        lb = kind_lower_bounds(treedef, lv, T_b, T_fw, c, rho)
+        near = shape_on[np.asarray(idx)] & (lb <= reach)
+        G = len(idx)
+        cum = jnp.cumsum(near.astype(jnp.int32))
+        order = (
+            jnp.zeros((G + 1,), jnp.int32)
+            .at[jnp.where(near, cum - 1, G)]
+            .set(jnp.arange(G, dtype=jnp.int32))
+        )
+        count = cum[-1]
+        gidx = jnp.asarray(np.asarray(idx), jnp.int32)
+
+        def body(carry, lv=lv, T_b=T_b, gidx=gidx, order=order, treedef=treedef):
+            j, (bk, bsd, bn, bi) = carry
+            s = order[j]
+            leaf = [a[s] for a in lv]
+            sd, n = _query_one(treedef, leaf, T_b[s], T_fw, x, y, z)
+            key = _key(mode, sd)
+            g = gidx[s]
+            better = (key < bk) | ((key == bk) & (g < bi))
+            new = (
+                jnp.where(better, key, bk),
+                jnp.where(better, sd, bsd),
+                tuple(jnp.where(better, a, b) for a, b in zip(n, bn, strict=True)),
+                jnp.where(better, g, bi),
+            )
+            return j + 1, new
+
+        _, best = jax.lax.while_loop(
+            lambda carry, count=count: carry[0] < count, body, (jnp.zeros((), jnp.int32), best)
+        )
+    _, sd, n, k = best
+    return sd, n, jnp.where(k < S, k, 0)
+
+
+@_sparse.defjvp
+def _sparse_jvp(spec, mode, primals, tangents):
+    return jax.jvp(lambda *a: _dense(spec, mode, *a), primals, tangents)
+
+
+def nearest_surface(
+    bodies,
+    points: Planes,
+    frame: Array,
+    *,
+    shape_on: Array,
+    reach: Array,
+    mode: str = "sdf",
+    broad_phase: bool = True,
+):
+    """The nearest surface at each probe: the shape of smallest signed distance (``mode="sdf"``)
+    or of smallest ``|sd|`` (``"raycast"``), first shape on ties.
+
+    Args:
+      bodies: :class:`~difftaxel.geometry.Bodies` (shapes, poses ``[B, 7]``).
+      points: the probes, :class:`~difftaxel.geometry.Planes` of ``[N]`` (m, frame F).
+      frame: ``T_world_frame [7]`` of F (position m, quaternion x, y, z, w).
+      shape_on: ``[S]`` bool, shapes that count (body mask, filters).
+      reach: ``[]`` m; a shape whose distance exceeds it at every probe may be skipped.
+      mode: ``"sdf"`` or ``"raycast"``.
+      broad_phase: skip shapes provably beyond ``reach`` (module docstring) or evaluate all.
+
+    Returns:
+      ``(sd [N], normal, shape [N] int32)``: signed distance (m), outward unit normal (three
+      ``[N]`` planes, frame F) and index of the winning shape. Where the winner is beyond
+      ``reach`` the broad phase may report another shape or ``sd = FAR``; within it both ways
+      agree. Shapes that do not count never win (with none counting: ``sd = FAR``).
+    """
+    x, y, z = points
+    dtype = x.dtype
+    kinds = shape_kinds(bodies.shapes)
+    spec = tuple(
+        (tuple(int(i) for i in idx), td, tuple(int(b) for b in bd)) for idx, td, _, bd in kinds
+    )
+    leaves = [lv for _, _, lv, _ in kinds]
+    T_fw = _pose.inverse(frame.astype(dtype))
+    poses = bodies.poses.astype(dtype)
+    reach = jnp.asarray(reach, dtype)
+    # rounding of the distances themselves: a relative margin on the scene's scale
+    scale = jnp.max(jnp.abs(frame[:3])).astype(dtype) + jnp.max(
+        jnp.stack([jnp.max(jnp.abs(q)) for q in (x, y, z)])
+    )
+    reach = reach * (1.0 + 1e-6) + 256 * _eps(dtype) * (scale + reach + 1.0)
+    fn = _sparse if broad_phase else (lambda *a: _dense(*a))
+    return fn(spec, mode, leaves, poses, jnp.asarray(shape_on, bool), T_fw, x, y, z, reach)
