@@ -33,12 +33,12 @@ def _time(f, *args):
     return time.perf_counter() - t
 
 
-def overhead(envs, steps, rounds, taxels, mesh, include_hand) -> dict:
+def overhead(envs, steps, rounds, taxels, mesh, include_hand, links="fingertips", broad="auto"):
     from mujoco import mjx
 
     from difftaxel.mjx import load_shadow_hand, rollout, scene_from_model
 
-    h = load_shadow_hand(taxels, taxels, include_hand=include_hand)
+    h = load_shadow_hand(taxels, taxels, include_hand=include_hand, links=links, broad_phase=broad)
     scenes = h.scenes
     if mesh == "exact":
         scenes = tuple(
@@ -82,10 +82,12 @@ def overhead(envs, steps, rounds, taxels, mesh, include_hand) -> dict:
     return {
         "envs": envs,
         "steps": steps,
-        "taxels_per_fingertip": taxels * taxels,
+        "links": len(h.sensors),
+        "taxels": sum(s.n_probes for s in h.sensors),
+        "broad_phase": broad,
         "mesh": mesh,
         "include_hand": include_hand,
-        "shapes_per_fingertip": len(scenes[0].bodies.shapes),
+        "shapes_per_link": max(len(s.bodies.shapes) for s in scenes),
         "physics_s": mp,
         "physics_and_taxels_s": mt,
         "overhead_over_physics": mt / mp - 1.0,
@@ -130,8 +132,12 @@ def main():
         action="store_true",
         help="fingertips also sense every other hand link (meshes matter only then)",
     )
+    ap.add_argument("--links", choices=("fingertips", "all"), default="fingertips")
+    ap.add_argument("--broad-phase", choices=("auto", "links", "off"), default="auto")
     a = ap.parse_args()
-    out = overhead(a.envs, a.steps, a.rounds, a.taxels, a.mesh, a.include_hand)
+    out = overhead(
+        a.envs, a.steps, a.rounds, a.taxels, a.mesh, a.include_hand, a.links, a.broad_phase
+    )
     print(
         f"Shadow Hand, {a.envs} envs x {a.steps} steps: physics {out['physics_s']:.3f} s, "
         f"with taxels {out['physics_and_taxels_s']:.3f} s, overhead "

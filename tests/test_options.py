@@ -57,6 +57,7 @@ CONTACT = {
     "probe_radius_noise": 1e-4,
     "filter_link_idx": (1,),
     "contact_depth_query": "raycast",
+    "broad_phase": "links",
     "smoothing": 1e-4,
     "stages": ("radius_noise",),
 }

@@ -24,9 +24,10 @@ one-hot mask; a derivative still costs ``S x N`` evaluations).
 The skip is exact, not a heuristic: each rule is a proven lower bound of the signed distance
 *as implemented* over the ball. An ``L``-Lipschitz SDF is at least ``sd(c) - L rho`` there
 (``L = 1`` for the analytic primitives and the convex hull's plane maximum; a continuous
-``GridSDF`` takes ``L`` from its node differences). A winding-signed ``TriangleMesh`` is
-"outside" wherever its vertices' bounding sphere subtends less than a hemisphere (the winding
-number is then below 1/2), so beyond that sphere its distance is at least the distance to it.
+``GridSDF`` takes ``L`` from its node differences). A winding-signed ``TriangleMesh``, closed or not,
+is "outside" at a gap ``g`` beyond its vertices' bounding sphere once ``g^2 > area / 2 pi``
+(each triangle subtends at most its area over ``g^2``, so the winding number stays below
+1/2), and its distance is then at least ``g``.
 Shapes with no such bound (``GridSDF(out_of_grid="genesis")``, whose proxy jumps at the grid's
 border; a face-signed ``TriangleMesh``; classes from outside difftaxel) are never skipped.
 """
@@ -87,15 +88,20 @@ def kind_lower_bounds(treedef, leaves, T_b: Array, T_frame_world, c, rho: Array)
 
         def one(leaf, T):
             s = jax.tree.unflatten(treedef, leaf)
-            tri = s.triangles[: s.n_faces].reshape(-1, 3).astype(dtype)
+            t = s.triangles[: s.n_faces].astype(dtype)  # [F, 3, 3]
+            tri = t.reshape(-1, 3)
             mid = 0.5 * (jnp.min(tri, 0) + jnp.max(tri, 0))
-            R = jnp.sqrt(jnp.max(jnp.sum((tri - mid) ** 2, -1)))
+            R = jnp.sqrt(jnp.max(jnp.sum((tri - mid[None]) ** 2, -1)))
+            e1, e2 = t[:, 1] - t[:, 0], t[:, 2] - t[:, 0]
+            area = 0.5 * jnp.sum(jnp.sqrt(jnp.sum(jnp.cross(e1, e2) ** 2, -1)))
             T_fs = _pose.compose(T, s.T_body_shape.astype(dtype))
             if T_frame_world is not None:
                 T_fs = _pose.compose(T_frame_world, T_fs)
             m = _pose.apply(T_fs, mid)
-            dist = jnp.sqrt(sum((m[i] - c[i]) ** 2 for i in range(3)))
-            return jnp.where(dist - rho > R, dist - rho - R, -jnp.inf)
+            gap = jnp.sqrt(sum((m[i] - c[i]) ** 2 for i in range(3))) - rho - R
+            # the winding sum is at most area / gap^2 in magnitude: "outside" below 2 pi
+            outside = gap * gap > area / (2 * jnp.pi) * (1 + 1e-6)
+            return jnp.where((gap > 0) & outside, gap, -jnp.inf)
 
         return jax.vmap(one)(leaves, T_b)
     if isinstance(proto, GridSDF) and proto.out_of_grid == "continuous":

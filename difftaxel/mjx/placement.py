@@ -242,10 +242,10 @@ class ShadowHand(NamedTuple):
 
     Attributes:
       m: the host model (``scene_right.xml``: the right hand and a 3 cm ball).
-      fingertips: the fingertip body names.
-      sensors: one :class:`~difftaxel.sensors.KinematicTaxel` per fingertip (grid on the
-        fingertip's collision hull, on the side facing the ball at the initial pose).
-      scenes: one :class:`MjxScene` per fingertip.
+      fingertips: the names of the sensor links (the five fingertips by default).
+      sensors: one :class:`~difftaxel.sensors.KinematicTaxel` per sensor link (a grid on the
+        link's collision geom, on the side facing the ball at the initial pose).
+      scenes: one :class:`MjxScene` per sensor link.
     """
 
     m: object
@@ -264,30 +264,47 @@ def shadow_hand_path() -> str:
     return p
 
 
-def load_shadow_hand(nx: int = 4, ny: int = 4, include_hand: bool = False, **sensor_options):
-    """The Shadow Hand test model with an ``nx x ny`` taxel grid on each fingertip.
+def load_shadow_hand(
+    nx: int = 4,
+    ny: int = 4,
+    include_hand: bool = False,
+    links: str = "fingertips",
+    **sensor_options,
+):
+    """The Shadow Hand test model with an ``nx x ny`` taxel grid on each chosen link.
 
-    Taxels sense the free ball and the floor (``include_hand=True``: also every other hand
-    link). ``sensor_options`` go to each ``KinematicTaxel`` (default probe radius 0.5 mm).
+    Args:
+      nx, ny: taxels per row and column of each grid (on the face of the link's first
+        collision geom that faces the ball at the initial pose).
+      include_hand: taxels also sense every other hand link (default: the ball and the floor).
+      links: ``"fingertips"`` (five) or ``"all"`` (every hand link with a collision geom: 21,
+        palm and phalanges included).
+      sensor_options: go to each ``KinematicTaxel`` (default probe radius 0.5 mm).
     """
     from ..sensors import KinematicTaxel
 
+    if links not in ("fingertips", "all"):
+        raise ValueError(f"links: expected 'fingertips' or 'all', got {links!r}")
     m = mujoco.MjModel.from_xml_path(shadow_hand_path())
     d = mujoco.MjData(m)
     mujoco.mj_forward(m, d)
     obj = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, "object")
     hand = [b for b in range(1, m.nbody) if b != obj]
+    if links == "fingertips":
+        chosen = [_body_id(m, n) for n in FINGERTIPS]
+    else:
+        chosen = [b for b in hand if _colliders(m, b)]
     opts = {"probe_radius": 5e-4, **sensor_options}
     sensors, scenes = [], []
-    for name in FINGERTIPS:  # five fingertips, host-side
-        b = _body_id(m, name)
+    for b in chosen:  # a few links, host-side
         g, k, sign = _collider_facing(m, d, b, obj)
         face = ("+" if sign > 0 else "-") + "xy"[k]
         pos, _ = grid_on_geom(m, g, nx, ny, face=face)
         sensors.append(KinematicTaxel(probe_local_pos=pos, **opts))
         excl = () if include_hand else [x for x in hand if x != b]
         scenes.append(scene_from_model(m, b, exclude_bodies=excl))
-    return ShadowHand(m, FINGERTIPS, tuple(sensors), tuple(scenes))
+    names = tuple(mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, b) for b in chosen)
+    return ShadowHand(m, names, tuple(sensors), tuple(scenes))
 
 
 def shadow_hand_with_tactile(resolution: int = 7, links: str = "fingertips", thickness=1e-4):
