@@ -208,7 +208,9 @@ def test_lower_bounds_hold_over_the_ball(kind):
     for _ in range(6):
         c = rng.normal(size=3) * 0.01
         rho = jnp.asarray(abs(rng.normal()) * 0.004)
-        lb = kind_lower_bounds(td, leaves, T, None, tuple(jnp.asarray(c)), rho)[0]
+        lb = kind_lower_bounds(
+            td, leaves, T, jnp.asarray(LINK), tuple(jnp.asarray(c)[:, None]), rho[None]
+        )[0, 0]
         u = rng.normal(size=(300, 3))
         pts = c + u / np.linalg.norm(u, axis=1, keepdims=True) * float(rho) * rng.uniform(
             size=(300, 1)

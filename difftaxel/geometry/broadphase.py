@@ -22,14 +22,16 @@ value of a custom JVP whose tangent is the exhaustive pass's (the same winner, s
 one-hot mask; a derivative still costs ``S x N`` evaluations).
 
 The skip is exact, not a heuristic: each rule is a proven lower bound of the signed distance
-*as implemented* over the ball. An ``L``-Lipschitz SDF is at least ``sd(c) - L rho`` there
-(``L = 1`` for the analytic primitives and the convex hull's plane maximum; a continuous
-``GridSDF`` takes ``L`` from its node differences). A winding-signed ``TriangleMesh``, closed or not,
-is "outside" at a gap ``g`` beyond its vertices' bounding sphere once ``g^2 > area / 2 pi``
-(each triangle subtends at most its area over ``g^2``, so the winding number stays below
-1/2), and its distance is then at least ``g``.
-Shapes with no such bound (``GridSDF(out_of_grid="genesis")``, whose proxy jumps at the grid's
-border; a face-signed ``TriangleMesh``; classes from outside difftaxel) are never skipped.
+*as implemented* over the ball. An ``L``-Lipschitz SDF is at least ``sd(c) - L rho`` there:
+``L = 1`` for the analytic primitives (exact Euclidean distances); for a convex hull the bound
+is the plane maximum over a subset of its faces (the 26 most aligned with the axes, edges and
+corners of a cube: at most the hull's value everywhere, 1-Lipschitz, and a few planes instead
+of all); a continuous ``GridSDF`` takes ``L`` from its node differences. A winding-signed
+``TriangleMesh``, closed or not, is "outside" at a gap ``g`` beyond its vertices' bounding
+sphere once ``g^2 > area / 2 pi`` (each triangle subtends at most its area over ``g^2``, so the
+winding number stays below 1/2), and its distance is then at least ``g``. Shapes with no such
+bound (``GridSDF(out_of_grid="genesis")``, whose proxy jumps at the grid's border; a
+face-signed ``TriangleMesh``; classes from outside difftaxel) are never skipped.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from .bodies import _query_one, query_kinds, shape_kinds, shape_rows
 from .grid import GridSDF
 from .mesh import TriangleMesh
 from .planes import Planes
-from .shapes import Box, Capsule, ConvexHull, Cylinder, Plane, Sphere
+from .shapes import Box, Capsule, ConvexHull, Cylinder, Plane, Sphere, sdf_local_xyz
 
 Array = jax.Array
 
@@ -68,64 +70,85 @@ def _grid_lipschitz(g: GridSDF, dtype) -> Array:
     return jnp.sqrt(sum(q * q for q in slopes)) + 1.0
 
 
-def kind_lower_bounds(treedef, leaves, T_b: Array, T_frame_world, c, rho: Array) -> Array:
-    """Lower bounds ``[G]`` (m) of the signed distances of ``G`` shapes of one kind over the
-    ball ``B(c, rho)``.
+def _directions() -> np.ndarray:
+    """The 26 directions of a cube's faces, edges and corners (unit)."""
+    d = np.array([(i, j, k) for i in (-1, 0, 1) for j in (-1, 0, 1) for k in (-1, 0, 1)], float)
+    d = d[np.any(d != 0, 1)]
+    return d / np.linalg.norm(d, axis=1, keepdims=True)
+
+
+_DIRS = _directions()
+
+
+def _hull_subset(s: ConvexHull, dtype):
+    """The faces of ``s`` most aligned with each of 26 directions: their plane maximum is at
+    most the hull's (a subset of its faces), 1-Lipschitz, and a few planes instead of all."""
+    n = s.normals.astype(dtype)
+    k = jnp.argmax(jnp.asarray(_DIRS, dtype) @ n.T, axis=1)
+    return n[k], s.offsets.astype(dtype)[k]
+
+
+def kind_lower_bounds(treedef, leaves, T_b: Array, frame: Array, c, rho: Array) -> Array:
+    """Lower bounds ``[G, K]`` (m) of the signed distances of ``G`` shapes of one kind over
+    ``K`` balls ``B(c_k, rho_k)``.
 
     Args:
       treedef, leaves: the kind (:func:`~difftaxel.geometry.bodies.shape_kinds`): its tree
         structure and leaves stacked ``[G, ...]``.
       T_b: ``[G, 7]`` world poses of the owning bodies (position m, quaternion x, y, z, w).
-      T_frame_world: ``[7]`` pose mapping world to the ball's frame F, or None (world).
-      c: the ball's centre, three ``[]`` coordinates (m, frame F); ``rho``: its radius (m).
+      frame: ``T_world_F [7]``, the pose of the balls' frame F.
+      c: the balls' centres, three ``[K]`` coordinates (m, frame F); ``rho``: ``[K]`` radii (m).
 
     Returns ``-inf`` for a kind with no proven bound (never skipped); see the module docstring.
     """
     dtype = rho.dtype
     G = T_b.shape[0]
     proto = jax.tree.unflatten(treedef, [lv[0] for lv in leaves])
-    if isinstance(proto, TriangleMesh) and proto.sign == "winding":
+    cw = _pose.apply(frame.astype(dtype), jnp.stack(c, -1))  # [K, 3] world
+    if isinstance(proto, GridSDF):
+        exact = proto.out_of_grid == "continuous"
+    elif isinstance(proto, TriangleMesh):
+        exact = proto.sign == "winding"
+    else:
+        exact = type(proto) in _LIPSCHITZ_ONE
+    if not exact:
+        return jnp.full((G, rho.shape[0]), -jnp.inf, dtype)
 
-        def one(leaf, T):
-            s = jax.tree.unflatten(treedef, leaf)
+    def one(leaf, T):
+        s = jax.tree.unflatten(treedef, leaf)
+        T_ws = _pose.compose(T, s.T_body_shape.astype(dtype))  # world pose of the shape
+        R = _pose.quat_to_matrix(T_ws[3:])
+        p = (cw - T_ws[None, :3]) @ R  # [K, 3] the centres in the shape frame
+        if isinstance(s, TriangleMesh):
             t = s.triangles[: s.n_faces].astype(dtype)  # [F, 3, 3]
             tri = t.reshape(-1, 3)
             mid = 0.5 * (jnp.min(tri, 0) + jnp.max(tri, 0))
-            R = jnp.sqrt(jnp.max(jnp.sum((tri - mid[None]) ** 2, -1)))
+            r = jnp.sqrt(jnp.max(jnp.sum((tri - mid[None]) ** 2, -1)))
             e1, e2 = t[:, 1] - t[:, 0], t[:, 2] - t[:, 0]
             area = 0.5 * jnp.sum(jnp.sqrt(jnp.sum(jnp.cross(e1, e2) ** 2, -1)))
-            T_fs = _pose.compose(T, s.T_body_shape.astype(dtype))
-            if T_frame_world is not None:
-                T_fs = _pose.compose(T_frame_world, T_fs)
-            m = _pose.apply(T_fs, mid)
-            gap = jnp.sqrt(sum((m[i] - c[i]) ** 2 for i in range(3))) - rho - R
+            gap = jnp.sqrt(jnp.sum((p - mid[None]) ** 2, -1)) - rho - r
             # the winding sum is at most area / gap^2 in magnitude: "outside" below 2 pi
             outside = gap * gap > area / (2 * jnp.pi) * (1 + 1e-6)
             return jnp.where((gap > 0) & outside, gap, -jnp.inf)
+        if isinstance(s, ConvexHull):
+            n, d = _hull_subset(s, dtype)
+            return jnp.max(p @ n.T - d[None], 1) - rho
+        sd, _ = sdf_local_xyz(s, p[:, 0], p[:, 1], p[:, 2])
+        L = _grid_lipschitz(s, dtype) if isinstance(s, GridSDF) else 1.0
+        return sd - L * rho
 
-        return jax.vmap(one)(leaves, T_b)
-    if isinstance(proto, GridSDF) and proto.out_of_grid == "continuous":
-        L = jax.vmap(lambda leaf: _grid_lipschitz(jax.tree.unflatten(treedef, leaf), dtype))(leaves)
-    elif type(proto) in _LIPSCHITZ_ONE:
-        L = jnp.ones((G,), dtype)
-    else:
-        return jnp.full((G,), -jnp.inf, dtype)
-    one = jnp.ones((1,), dtype)
-    sd, _ = jax.vmap(
-        lambda leaf, T: _query_one(
-            treedef, leaf, T, T_frame_world, c[0] * one, c[1] * one, c[2] * one
-        )
-    )(leaves, T_b)
-    return sd[:, 0] - L * rho
+    return jax.vmap(one)(leaves, T_b)
 
 
 def _probe_ball(x, y, z):
-    """Centre (mean, three ``[]``) and radius ``[]`` of a ball holding the probes; no
-    derivative (the skip only decides which shapes to evaluate)."""
+    """Centre (the mean, three ``[1]``) and radius ``[1]`` of a ball holding the probes; no
+    derivative (the skip only decides which shapes to evaluate). One ball per link: smaller
+    balls over patches of probes skip more, but cost a loop iteration per (shape, patch)
+    pair, which on a CPU outweighed the probes they spare."""
     x, y, z = (jax.lax.stop_gradient(q) for q in (x, y, z))
-    c = (jnp.mean(x), jnp.mean(y), jnp.mean(z))
-    rho = jnp.sqrt(jnp.max((x - c[0]) ** 2 + (y - c[1]) ** 2 + (z - c[2]) ** 2))
-    return c, rho
+    c = (jnp.mean(x)[None], jnp.mean(y)[None], jnp.mean(z)[None])
+    d2 = (x - c[0]) ** 2 + (y - c[1]) ** 2 + (z - c[2]) ** 2
+    return c, jnp.sqrt(jnp.max(d2))[None]
 
 
 def _key(mode: str, sd: Array) -> Array:
@@ -155,18 +178,18 @@ def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
     N = x.shape[0]
     S = int(sum(len(idx) for idx, _, _ in spec))
     c, rho = _probe_ball(x, y, z)
-    big = jnp.asarray(FAR, dtype)
+    frame = _pose.inverse(T_fw)
     best = (
         jnp.full((N,), jnp.inf, dtype),  # key
-        jnp.full((N,), big),  # sd
+        jnp.full((N,), jnp.asarray(FAR, dtype)),  # sd
         (jnp.zeros((N,), dtype),) * 3,  # normal
         jnp.full((N,), S, jnp.int32),  # shape index (S: none)
     )
     for (idx, treedef, bodies), lv in zip(spec, leaves, strict=True):  # a few kinds, static
-        T_b = shape_rows(poses, bodies).astype(dtype)
-        lb = kind_lower_bounds(treedef, lv, T_b, T_fw, c, rho)
-        near = shape_on[np.asarray(idx)] & (lb <= reach)
         G = len(idx)
+        T_b = shape_rows(poses, bodies).astype(dtype)
+        lb = kind_lower_bounds(treedef, lv, T_b, frame, c, rho)[:, 0]  # [G]
+        near = shape_on[np.asarray(idx)] & (lb <= reach)
         cum = jnp.cumsum(near.astype(jnp.int32))
         order = (
             jnp.zeros((G + 1,), jnp.int32)
@@ -176,24 +199,24 @@ def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
         count = cum[-1]
         gidx = jnp.asarray(np.asarray(idx), jnp.int32)
 
-        def body(carry, lv=lv, T_b=T_b, gidx=gidx, order=order, treedef=treedef):
-            j, (bk, bsd, bn, bi) = carry
+        def visit(j, best, lv=lv, T_b=T_b, gidx=gidx, order=order, treedef=treedef):
+            """Merge the ``j``-th near shape of the kind."""
             s = order[j]
-            leaf = [a[s] for a in lv]
-            sd, n = _query_one(treedef, leaf, T_b[s], T_fw, x, y, z)
-            key = _key(mode, sd)
-            g = gidx[s]
+            sd, n = _query_one(treedef, [a[s] for a in lv], T_b[s], T_fw, x, y, z)
+            bk, bsd, bn, bi = best
+            key, g = _key(mode, sd), gidx[s]
             better = (key < bk) | ((key == bk) & (g < bi))
-            new = (
+            return (
                 jnp.where(better, key, bk),
                 jnp.where(better, sd, bsd),
                 tuple(jnp.where(better, a, b) for a, b in zip(n, bn, strict=True)),
                 jnp.where(better, g, bi),
             )
-            return j + 1, new
 
         _, best = jax.lax.while_loop(
-            lambda carry, count=count: carry[0] < count, body, (jnp.zeros((), jnp.int32), best)
+            lambda carry, count=count: carry[0] < count,
+            lambda carry, visit=visit: (carry[0] + 1, visit(carry[0], carry[1])),
+            (jnp.zeros((), jnp.int32), best),
         )
     _, sd, n, k = best
     return sd, n, jnp.where(k < S, k, 0)
