@@ -231,6 +231,18 @@ def test_mjx_shadow_hand_fingertip_taxels():
     assert len(r) == 5 and r[0].ground_truth.force.shape == (3, 3, 3, 3)
 
 
+def test_mjx_whole_hand_taxels_on_every_link():
+    """``links="all"``: a grid on each of the 21 hand links with a collision geom; sensing the
+    whole hand, every link's scene has 31 shapes and takes the broad phase by default."""
+    h = load_shadow_hand(7, 7, include_hand=True, links="all")
+    assert len(h.sensors) == 21 and sum(s.n_probes for s in h.sensors) == 1029
+    assert all(n.startswith("rh_") for n in h.fingertips)
+    assert all(s.uses_broad_phase(sc.bodies) for s, sc in zip(h.sensors, h.scenes))
+    assert max(len(sc.bodies.shapes) for sc in h.scenes) == 31
+    with pytest.raises(ValueError, match="links"):
+        load_shadow_hand(links="palm")
+
+
 PRESS_SLIDE = """
 <mujoco>
   <option timestep="0.002" iterations="1" ls_iterations="4" gravity="0 0 0"/>
