@@ -17,20 +17,23 @@ The Shadow Hand is the mujoco-mjx wheel's test model (convex hull meshes), rando
 ``--steps`` steps per rollout, float32.
 
 Run: ``python benchmarks/bench_hand.py [--envs 256 1024] [--steps 10] [--rounds 3]
-[--exhaustive]``; the last line is JSON. Needs the ``[mjx]`` extra.
+[--exhaustive]``; the last line is JSON (the machine on the line before). Needs the ``[mjx]`` extra.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
+import pathlib
 import statistics
+import sys
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+from _common import emit  # noqa: E402
 
 CONFIGS = {
     "fingertips": dict(nx=4, links="fingertips", include_hand=False, broad_phase="auto"),
@@ -118,16 +121,7 @@ def main():
     a = ap.parse_args()
     names = [n for n in CONFIGS if a.exhaustive or n != "hand_all_exhaustive"]
     res = [run(e, a.steps, a.rounds, names) for e in a.envs]
-    print(
-        json.dumps(
-            {
-                "results": res,
-                "device": jax.devices()[0].device_kind,
-                "machine": platform.processor() or platform.machine(),
-                "date": time.strftime("%Y-%m-%d"),
-            }
-        )
-    )
+    emit({"results": res})
 
 
 if __name__ == "__main__":

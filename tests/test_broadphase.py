@@ -4,6 +4,8 @@ shape enters and leaves the probes' reach; its lower bounds are lower bounds."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -114,9 +116,19 @@ SENSORS = {
 }
 
 
-@pytest.mark.parametrize("t", [0.0, 0.2, 0.5, 0.75, 0.9])
-def test_readings_equal_the_exhaustive_pass_as_a_shape_enters_and_leaves(t):
-    out = both(jnp.asarray(scene_poses(t)), jnp.asarray(PROBES), SENSORS)
+SLOW = pytest.mark.slow  # more of the same: CI's slow run
+FAST_SET = ("kinematic", "smooth", "depth")
+SLOW_SET = ("raycast", "noise", "contact")
+
+
+@pytest.mark.parametrize(
+    "names, t",
+    [(FAST_SET, 0.0), (FAST_SET, 0.5)]
+    + [pytest.param(SLOW_SET, t, marks=SLOW) for t in (0.0, 0.5)]
+    + [pytest.param(FAST_SET + SLOW_SET, t, marks=SLOW) for t in (0.2, 0.75, 0.9)],
+)
+def test_readings_equal_the_exhaustive_pass_as_a_shape_enters_and_leaves(names, t):
+    out = both(jnp.asarray(scene_poses(t)), jnp.asarray(PROBES), {n: SENSORS[n] for n in names})
     touching = 0
     for name, (a, b) in out.items():
         for x, y in zip(a, b, strict=True):
@@ -135,22 +147,26 @@ def loss_fn(sensor):
     return loss
 
 
-@jax.jit
-def grads(P, probes):
+@functools.partial(jax.jit, static_argnums=2)
+def grads(P, probes, names):
     """Gradients with respect to every body pose and every probe position, both passes."""
     return {
         name: [
             jax.grad(loss_fn(replace(SENSORS[name], broad_phase=bp)), argnums=(0, 1))(P, probes)
             for bp in ("links", "off")
         ]
-        for name in ("kinematic", "smooth")
+        for name in names
     }
 
 
-@pytest.mark.parametrize("t", [0.25, 0.75])
-def test_gradients_equal_the_exhaustive_pass(t):
+@pytest.mark.parametrize(
+    "names, t",
+    [(("smooth",), 0.25), pytest.param(("kinematic", "smooth"), 0.75, marks=SLOW)]
+    + [pytest.param(("kinematic",), 0.25, marks=SLOW)],
+)
+def test_gradients_equal_the_exhaustive_pass(names, t):
     """In contact (t = 0.25) and with the mover out of reach (t = 0.75)."""
-    out = grads(jnp.asarray(scene_poses(t)), jnp.asarray(PROBES))
+    out = grads(jnp.asarray(scene_poses(t)), jnp.asarray(PROBES), names)
     for name, (ga, gb) in out.items():
         for a, b in zip(ga, gb, strict=True):
             assert np.all(np.isfinite(np.asarray(a))), name
@@ -197,7 +213,9 @@ def test_vmap_over_environments_equals_a_loop():
             np.testing.assert_allclose(np.asarray(x[e]), np.asarray(y), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("kind", range(11))
+@pytest.mark.parametrize(
+    "kind", [k if k not in (6, 7) else pytest.param(k, marks=SLOW) for k in range(11)]
+)
 def test_lower_bounds_hold_over_the_ball(kind):
     """For every kind: the bound never exceeds the signed distance at points in the ball."""
     rng = np.random.default_rng(kind)
