@@ -211,6 +211,16 @@ def skew(w: Array) -> Array:
     )
 
 
+def matmul3(a: Array, b: Array) -> Array:
+    """``a @ b`` for a contraction of length 3 (``a [..., m, 3]``, ``b [..., 3, n]`` or
+    ``b [3, n]``), written out as three broadcast products. Why: under ``vmap`` XLA's CPU
+    backend hands a batched product this small to a library kernel per call, costing many
+    times its nine multiplies; written out, it fuses with its neighbours."""
+    if a.shape[-1] != 3 or b.ndim < 2 or b.shape[-2] != 3:
+        raise ValueError(f"matmul3: expected [..., m, 3] @ [..., 3, n], got {a.shape} @ {b.shape}")
+    return sum(a[..., :, k : k + 1] * b[..., k : k + 1, :] for k in range(3))
+
+
 def dot(a: Array, b: Array, keepdims: bool = False) -> Array:
     """Dot product on the last axis."""
     a, b = align(a, b)

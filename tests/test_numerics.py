@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from difftaxel._numerics import compute_once, runtime_one, skew
+from difftaxel._numerics import compute_once, matmul3, runtime_one, skew
 from difftaxel.geometry.planes import affine_planes
 from difftaxel.testing import check_grad_fd
 
@@ -171,3 +171,15 @@ def test_safe_pow_exponent_one_branch_keeps_the_derivatives():
     out = jax.vmap(lambda q: safe_pow(x, q))(ps)
     np.testing.assert_allclose(out[1], np.where(x > 0, x**1.5, 0.0), rtol=1e-12)
     np.testing.assert_allclose(out[0], x, rtol=1e-15)
+
+
+def test_matmul3_is_the_matrix_product_under_vmap_and_grad():
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(size=(4, 5, 3)), rng.normal(size=(4, 3, 2))
+    np.testing.assert_allclose(matmul3(jnp.asarray(a), jnp.asarray(b)), a @ b, rtol=1e-12)
+    shared = rng.normal(size=(3, 2))  # one right factor for a batch of rows
+    np.testing.assert_allclose(jax.vmap(matmul3, (0, None))(a, shared), a @ shared, rtol=1e-12)
+    ga = jax.grad(lambda x: jnp.sum(matmul3(x, jnp.asarray(b)) ** 2))(jnp.asarray(a))
+    np.testing.assert_allclose(ga, 2 * (a @ b) @ np.swapaxes(b, -1, -2), rtol=1e-12)
+    with pytest.raises(ValueError, match="matmul3"):
+        matmul3(jnp.ones((2, 4)), jnp.ones((4, 2)))

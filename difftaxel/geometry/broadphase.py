@@ -44,6 +44,7 @@ import numpy as np
 
 from .. import pose as _pose
 from .._numerics import eps as _eps
+from .._numerics import matmul3
 from .bodies import _query_one, query_kinds, shape_kinds, shape_rows
 from .grid import GridSDF
 from .mesh import TriangleMesh
@@ -84,7 +85,7 @@ def _hull_subset(s: ConvexHull, dtype):
     """The faces of ``s`` most aligned with each of 26 directions: their plane maximum is at
     most the hull's (a subset of its faces), 1-Lipschitz, and a few planes instead of all."""
     n = s.normals.astype(dtype)
-    k = jnp.argmax(jnp.asarray(_DIRS, dtype) @ n.T, axis=1)
+    k = jnp.argmax(matmul3(jnp.asarray(_DIRS, dtype), n.T), axis=1)
     return n[k], s.offsets.astype(dtype)[k]
 
 
@@ -118,7 +119,7 @@ def kind_lower_bounds(treedef, leaves, T_b: Array, frame: Array, c, rho: Array) 
         s = jax.tree.unflatten(treedef, leaf)
         T_ws = _pose.compose(T, s.T_body_shape.astype(dtype))  # world pose of the shape
         R = _pose.quat_to_matrix(T_ws[3:])
-        p = (cw - T_ws[None, :3]) @ R  # [K, 3] the centres in the shape frame
+        p = matmul3(cw - T_ws[None, :3], R)  # [K, 3] the centres in the shape frame
         if isinstance(s, TriangleMesh):
             t = s.triangles[: s.n_faces].astype(dtype)  # [F, 3, 3]
             tri = t.reshape(-1, 3)
@@ -132,7 +133,7 @@ def kind_lower_bounds(treedef, leaves, T_b: Array, frame: Array, c, rho: Array) 
             return jnp.where((gap > 0) & outside, gap, -jnp.inf)
         if isinstance(s, ConvexHull):
             n, d = _hull_subset(s, dtype)
-            return jnp.max(p @ n.T - d[None], 1) - rho
+            return jnp.max(matmul3(p, n.T) - d[None], 1) - rho
         sd, _ = sdf_local_xyz(s, p[:, 0], p[:, 1], p[:, 2])
         L = _grid_lipschitz(s, dtype) if isinstance(s, GridSDF) else 1.0
         return sd - L * rho

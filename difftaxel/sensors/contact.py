@@ -50,6 +50,7 @@ from .._numerics import (
     channels_last,
     compute_once,
     cross,
+    matmul3,
     pinned_reshape,
     runtime_one,
     safe_pow,
@@ -495,8 +496,8 @@ class KinematicTaxel(_ContactSensor):
         tl = inputs.twist_link.astype(dtype)
         w_rel_world = tw[:, 3:] - tl[None, 3:]
         v0_world = tw[:, :3] - tl[None, :3] + cross(tw[:, 3:], T[None, :3] - org)
-        v0 = v0_world @ Rt.T  # rows rotated by R^T
-        w = w_rel_world @ Rt.T
+        v0 = matmul3(v0_world, Rt.T)  # rows rotated by R^T
+        w = matmul3(w_rel_world, Rt.T)
         if winner is not None:  # one row per probe: v0 + w x p_L
             wp = cross(w, jnp.stack(p_link, -1))
             v_rel = tuple((v0[:, i] + wp[:, i])[None] for i in range(3))
