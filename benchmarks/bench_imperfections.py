@@ -4,7 +4,7 @@
 round-robin (each round runs every configuration once; ratios are medians over rounds).
 The chain: radius noise, per-reset gain, Gaussian crosstalk, Maxwell hysteresis, random
 walk, white noise, bias, quantisation, dead taxels, delay with jitter; run with the default
-Gaussian generator (threefry + Box-Muller) and with ``noise_generator="hash"``, and once
+Gaussian generator (the counter hash + Box-Muller) and with ``noise_generator="threefry"``, and once
 without per-step random draws. Three more cases, in the same rounds, time the chain's
 per-step Gaussian draws alone (random walk + white noise: ``[2, 121, 6]`` float32 normals per
 environment, 1.5 M in all, written out) from ``jax.random.normal`` and from the chain's two
@@ -64,11 +64,11 @@ def main():
         probe_gain_resample_range=(0.8, 1.2),
         imperfections=dt.Imperfections(**chain, noise=1e-3, random_walk=1e-4, jitter=0.001),
     )
-    full_hash, _, _ = kinematic_scene(
+    full_threefry, _, _ = kinematic_scene(
         probe_radius_noise=1e-4,
         probe_gain_resample_range=(0.8, 1.2),
         imperfections=dt.Imperfections(
-            **chain, noise=1e-3, random_walk=1e-4, jitter=0.001, noise_generator="hash"
+            **chain, noise=1e-3, random_walk=1e-4, jitter=0.001, noise_generator="threefry"
         ),
     )
     deterministic, _, _ = kinematic_scene(
@@ -118,7 +118,7 @@ def main():
 
         return roll
 
-    sensors = {"bare": bare, "full": full, "full_hash": full_hash, "no_random": deterministic}
+    sensors = {"bare": bare, "full": full, "full_threefry": full_threefry, "no_random": deterministic}
     steps, rolls = {}, {}
     for name, s in sensors.items():
         states = jax.vmap(s.init_state)(keys)
@@ -151,17 +151,17 @@ def main():
         print(f"  {name:18s} {times[name] * 1e3:.3f} ms  / bare step {ratios[name]:.2f}")
     print(
         f"chain / bare = {ratios['full']:.2f} per step ({ratios_r['full']:.2f} in a rollout); "
-        f"with noise_generator='hash' = {ratios['full_hash']:.2f} "
-        f"({ratios_r['full_hash']:.2f}); without per-step random draws = "
+        f"with noise_generator='threefry' = {ratios['full_threefry']:.2f} "
+        f"({ratios_r['full_threefry']:.2f}); without per-step random draws = "
         f"{ratios['no_random']:.2f} ({ratios_r['no_random']:.2f})"
     )
     emit(
         {
             "chain_over_bare": ratios["full"],
-            "chain_hash_generator_over_bare": ratios["full_hash"],
+            "chain_threefry_generator_over_bare": ratios["full_threefry"],
             "chain_without_random_draws_over_bare": ratios["no_random"],
             "chain_over_bare_rollout": ratios_r["full"],
-            "chain_hash_generator_over_bare_rollout": ratios_r["full_hash"],
+            "chain_threefry_generator_over_bare_rollout": ratios_r["full_threefry"],
             "chain_without_random_draws_over_bare_rollout": ratios_r["no_random"],
             "draws_over_bare": ratios["standard_normal"],
             "draws_hash_over_bare": ratios["hash_normal"],

@@ -11,7 +11,7 @@ Sensors (default options unless named):
 
 * ``depth``: ContactDepthProbe; ``contact``: ContactProbe;
 * ``kinematic``: KinematicTaxel; ``kinematic_chain``: KinematicTaxel with gain resampling,
-  hysteresis, a 3 x 3 crosstalk kernel and white noise (hash generator);
+  hysteresis, a 3 x 3 crosstalk kernel and white noise (the default generator);
 * ``elastomer``: ElastomerTaxel, FFT grid, shear on (the sensor's own pad as its surface), 400
   tracked sphere points;
 * ``proximity``: ProximityTaxel, 2000 tracked sphere points, every point against every probe
@@ -94,7 +94,6 @@ def sensors():
                 hysteresis_tau=0.05,
                 crosstalk_kernel=kx,
                 noise=0.01,
-                noise_generator="hash",
             ),
         ),
         "elastomer": ElastomerTaxel(

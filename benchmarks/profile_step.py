@@ -7,7 +7,7 @@ this script.
 Usage:
   python benchmarks/profile_step.py forward 4096      # bare KinematicTaxel step
   python benchmarks/profile_step.py grad 4096         # value_and_grad w.r.t. object poses
-  python benchmarks/profile_step.py chain 1024 [--hash] [--delay-only]
+  python benchmarks/profile_step.py chain 1024 [--threefry] [--delay-only]
   python benchmarks/profile_step.py proximity 1024 [--points 500 --capacity 80]
   python benchmarks/profile_step.py sensor 1024 --sensor kinematic   # bench_sensors.py's step
 Add ``--hlo FILE`` to write the optimised HLO (to read what a fusion contains).
@@ -70,7 +70,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["forward", "grad", "chain", "proximity", "sensor"])
     ap.add_argument("envs", type=int)
-    ap.add_argument("--hash", action="store_true", help="chain: noise_generator='hash'")
+    ap.add_argument("--threefry", action="store_true", help="chain: noise_generator='threefry'")
     ap.add_argument("--delay-only", action="store_true", help="chain: delay + jitter only")
     ap.add_argument("--points", type=int, default=500, help="proximity: tracked points")
     ap.add_argument("--capacity", type=int, default=80, help="proximity: max_candidates (0: off)")
@@ -98,7 +98,7 @@ def main():
                 crosstalk_sigma=0.003, dead_taxel_probability=0.02,
                 dead_taxel_value_range=(0, 0.1), bias=5e-4, resolution=5e-4, delay=0.01,
                 dt=0.005, noise=1e-3, random_walk=1e-4, jitter=0.001,
-                noise_generator="hash" if a.hash else "threefry",
+                noise_generator="threefry" if a.threefry else "hash",
             )  # fmt: skip
         s, bodies, inp = kinematic_scene(imperfections=dt.Imperfections(**imp))
         keys = jax.random.split(jax.random.key(0), a.envs)

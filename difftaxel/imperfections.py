@@ -142,9 +142,10 @@ class Imperfections(Options):
       history_length: H > 0 makes ``step`` return the last H post-processed readings (static).
       straight_through: quantisation passes gradients unchanged (for training; static).
       noise_generator: Gaussian source of the random walk and white noise (static):
-        ``"threefry"`` (default; ``jax.random`` bits through Box-Muller) or ``"hash"``
-        (:func:`~difftaxel.draws.hash_normal`, a counter hash seeded by the step's key, several
-        times cheaper). Either way the draws come only from the key passed to ``step``.
+        ``"hash"`` (default; :func:`~difftaxel.draws.hash_normal`, a counter hash seeded by the
+        step's key) or ``"threefry"`` (``jax.random`` bits through Box-Muller, several times
+        dearer per draw). Either way the draws come only from the key passed to ``step``,
+        through the same Box-Muller transform; neither is the ``jax.random.normal`` stream.
       stages: which of :data:`STAGES` run (static). ``None`` (default): each stage whose
         option is non-zero at construction. A stage that does not run costs nothing and
         ignores its options, so to trace or differentiate an option from zero, list its stage:
@@ -172,7 +173,7 @@ class Imperfections(Options):
     dt: float | None = static_field(None)
     history_length: int = static_field(0)
     straight_through: bool = static_field(False)
-    noise_generator: str = static_field("threefry")
+    noise_generator: str = static_field("hash")
     stages: tuple | None = static_field(None)
     active_stages: tuple = derived_field(())
 

@@ -347,10 +347,12 @@ def test_state_holds_only_running_stages_and_refuses_stale_use():
         on.step(fresh, box_at(0.0), jax.random.key(0))
 
 
-def test_hash_generator_in_the_chain():
-    """The hash generator drives white noise and the random walk with the same statistics
-    and the same reparameterised gradient as the default one."""
-    imp = Imperfections(noise=0.2, random_walk=0.05, noise_generator="hash")
+@pytest.mark.parametrize("gen", ["hash", "threefry"])
+def test_each_generator_in_the_chain(gen):
+    """Either generator drives white noise and the random walk with the stated statistics
+    and a reparameterised gradient; the default is the hash."""
+    assert Imperfections().noise_generator == "hash"
+    imp = Imperfections(noise=0.2, random_walk=0.05, noise_generator=gen)
     st = imp.init(None, 4000, 3)
     st1, y = imp.apply_hardware(st, jnp.zeros((3, 4000)), jax.random.key(0))
     var = 0.2**2 + 0.05**2

@@ -138,7 +138,7 @@ IMP_VALUES = {
     "dt": 0.01,
     "history_length": 3,
     "straight_through": True,
-    "noise_generator": "hash",
+    "noise_generator": "threefry",
     "stages": ("noise",),
 }
 # options that need a companion to be valid on their own
