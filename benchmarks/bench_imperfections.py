@@ -118,7 +118,12 @@ def main():
 
         return roll
 
-    sensors = {"bare": bare, "full": full, "full_threefry": full_threefry, "no_random": deterministic}
+    sensors = {
+        "bare": bare,
+        "full": full,
+        "full_threefry": full_threefry,
+        "no_random": deterministic,
+    }
     steps, rolls = {}, {}
     for name, s in sensors.items():
         states = jax.vmap(s.init_state)(keys)
