@@ -11,6 +11,11 @@ one thread each). Genesis's time is its own step timer's ``sensors`` phase (its 
 excluded), the median over the timed steps; difftaxel's is one jitted vmapped step of the same
 sensor (``bench_sensors.py``'s scene and options), the median over repeats. The ratio is
 Genesis time / difftaxel time, the median over rounds (> 1: difftaxel is faster).
+``--scene`` picks ``bench_sensors.py``'s scene: ``sphere`` (the parity kit's, 2 mm probes) or
+``box`` (a 4 x 4 x 40 mm peg on its small face, 3 mm probes, about 9 % of the taxels in
+contact; tall because Genesis's grid SDF of a box ends 10 % of its largest extent beyond it,
+and a probe farther out would read no contact there). "touched" is the fraction of taxels
+with any nonzero measured component, on each side.
 
 ``--warm-allocator`` first allocates and frees one 16 MiB array in both workers: glibc then
 keeps freed memory instead of returning it to the system at every step, the state of any
@@ -20,6 +25,7 @@ readings; Genesis writes into buffers made at build), up to half of a 1024-envir
 
 Usage: python benchmarks/genesis_side_by_side.py --genesis-python /tmp/gvenv/bin/python
        [--envs 64 1024] [--rounds 5] [--only kinematic elastomer] [--warm-allocator]
+       [--scene sphere|box]
 Last line: {"ratio": {envs: {sensor: r}}, "genesis_s": {...}, "difftaxel_s": {...}}
 """
 
@@ -63,7 +69,7 @@ def warm_allocator() -> None:
     del a
 
 
-def genesis_worker(name: str, E: int, steps: int) -> dict:
+def genesis_worker(name: str, E: int, steps: int, scene_name: str) -> dict:
     """Build the parity scene with one sensor in Genesis, step it, and return the median of its
     ``sensors`` phase (s) over ``steps`` timed steps (after 3 warm-up steps)."""
     import numpy as np
@@ -78,13 +84,22 @@ def genesis_worker(name: str, E: int, steps: int) -> dict:
         rigid_options=gs.options.RigidOptions(disable_constraint=True, enable_collision=True),
         show_viewer=False,
     )
+    sys.path.insert(0, str(HERE))
+    from _scenes import BOX, R_SPHERE, SCENES
+
+    what, radius = SCENES[scene_name]
     pad = scene.add_entity(gs.morphs.Box(size=(0.04, 0.04, 0.01), pos=(0, 0, 0.005), fixed=True))
-    sphere = scene.add_entity(gs.morphs.Sphere(radius=0.01, pos=(0.5, 0.0, 1.0)))
+    if what == "sphere":
+        obj = scene.add_entity(gs.morphs.Sphere(radius=R_SPHERE, pos=(0.5, 0.0, 1.0)))
+        half = R_SPHERE
+    else:
+        obj = scene.add_entity(gs.morphs.Box(size=BOX, pos=(0.5, 0.0, 1.0)))
+        half = BOX[2] / 2
     n = 11
     xs = -0.015 + 0.003 * np.arange(n)
     grid = np.stack([*np.meshgrid(xs, xs, indexing="xy"), np.full((n, n), 0.005)], -1)
-    common = dict(entity_idx=pad.idx, link_idx_local=0, probe_local_pos=grid, probe_radius=0.002)
-    track = dict(track_link_idx=(sphere.base_link.idx,))
+    common = dict(entity_idx=pad.idx, link_idx_local=0, probe_local_pos=grid, probe_radius=radius)
+    track = dict(track_link_idx=(obj.base_link.idx,))
     kx = np.full((3, 3), 0.05)
     kx[1, 1] = 0.6
     opts = {
@@ -107,36 +122,39 @@ def genesis_worker(name: str, E: int, steps: int) -> dict:
     rng = np.random.default_rng(0)
     pos = np.zeros((E, 3))
     pos[:, :2] = rng.uniform(-0.005, 0.005, (E, 2))
-    # world z: the pad's link origin (5 mm) + its top face (5 mm) + the radius - the depth
-    pos[:, 2] = 0.005 + 0.005 + 0.01 - rng.uniform(0.0005, 0.0015, E)
+    # world z: the pad's link origin (5 mm) + its top face (5 mm) + the object's half height
+    # - the depth
+    pos[:, 2] = 0.005 + 0.005 + half - rng.uniform(0.0005, 0.0015, E)
     vel = np.tile([0.08, 0, 0, 0, 0, 1.0], (E, 1))
     timer = scene.sim.step_timer
     times = []
     for k in range(steps + 3):
-        sphere.set_pos(pos, relative=False)
-        sphere.set_dofs_velocity(vel)
+        obj.set_pos(pos, relative=False)
+        obj.set_dofs_velocity(vel)
         scene.step()
         if k >= 3:
             times.append(timer.timings["sensors"])
     out = sensor.read()
     first = out if isinstance(out, torch.Tensor) else out[0]
-    return {"seconds": statistics.median(times), "nonzero": float((first != 0).double().mean())}
+    touched = (first != 0).reshape(E, grid.shape[0] * grid.shape[1], -1).any(-1)
+    return {"seconds": statistics.median(times), "nonzero": float(touched.double().mean())}
 
 
 # ------------------------------------------------------------------------ the difftaxel worker
 
 
-def difftaxel_worker(name: str, E: int, rounds: int) -> dict:
+def difftaxel_worker(name: str, E: int, rounds: int, scene: str) -> dict:
     sys.path.insert(0, str(HERE))
     import jax
     import numpy as np
     from _common import time_interleaved
     from bench_sensors import sensor_step_case, sensors
 
-    fn, args = sensor_step_case(sensors()[name], E)
+    fn, args = sensor_step_case(sensors(scene)[name], E, scene)
     _, med, _ = time_interleaved({name: (fn, args)}, rounds=rounds)
     first = np.asarray(jax.tree.leaves(jax.jit(fn)(*args)[1].measured)[0])
-    return {"seconds": med[name], "nonzero": float(np.mean(first != 0))}
+    touched = np.any((first != 0).reshape(E, args[0].n_probes, -1), -1)
+    return {"seconds": med[name], "nonzero": float(np.mean(touched))}
 
 
 # ------------------------------------------------------------------------ orchestration
@@ -157,6 +175,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20, help="Genesis steps timed per process")
     ap.add_argument("--only", nargs="+", default=list(SENSORS))
     ap.add_argument("--warm-allocator", action="store_true", help="see the module docstring")
+    ap.add_argument("--scene", choices=("sphere", "box"), default="sphere")
     ap.add_argument("--worker", nargs=3, metavar=("SIDE", "SENSOR", "ENVS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -164,9 +183,9 @@ def main() -> None:
         if a.warm_allocator:
             warm_allocator()
         res = (
-            genesis_worker(name, int(E), a.steps)
+            genesis_worker(name, int(E), a.steps, a.scene)
             if side == "genesis"
-            else difftaxel_worker(name, int(E), 5)
+            else difftaxel_worker(name, int(E), 5, a.scene)
         )
         print(json.dumps(res))
         return
@@ -186,6 +205,7 @@ def main() -> None:
                 for side in order:
                     py = a.genesis_python if side == "genesis" else sys.executable
                     cmd = [*pin, py, me, "--worker", side, name, str(E), "--steps", str(a.steps)]
+                    cmd += ["--scene", a.scene]
                     cmd += ["--warm-allocator"] if a.warm_allocator else []
                     res = _run(cmd, env)
                     runs[side], touched[side] = res["seconds"], res["nonzero"]
@@ -195,12 +215,13 @@ def main() -> None:
                 print(
                     f"round {r} {E:5d} envs {name:16s} genesis {runs['genesis'] * 1e3:9.3f} ms "
                     f"difftaxel {runs['difftaxel'] * 1e3:9.3f} ms ratio "
-                    f"{runs['genesis'] / runs['difftaxel']:7.2f} nonzero readings "
+                    f"{runs['genesis'] / runs['difftaxel']:7.2f} touched taxels "
                     f"{touched['genesis']:.3f} / {touched['difftaxel']:.3f}",
                     flush=True,
                 )
     med = lambda d: {E: {k: statistics.median(v) for k, v in x.items()} for E, x in d.items()}  # noqa: E731
-    print(json.dumps({"ratio": med(ratios), "genesis_s": med(g_s), "difftaxel_s": med(d_s)}))
+    out = {"scene": a.scene, "ratio": med(ratios), "genesis_s": med(g_s), "difftaxel_s": med(d_s)}
+    print(json.dumps({**out, "ratio_rounds": ratios}))
 
 
 if __name__ == "__main__":
