@@ -9,7 +9,7 @@ Usage:
   python benchmarks/profile_step.py grad 4096         # value_and_grad w.r.t. object poses
   python benchmarks/profile_step.py chain 1024 [--threefry] [--delay-only]
   python benchmarks/profile_step.py proximity 1024 [--points 500 --capacity 80]
-  python benchmarks/profile_step.py sensor 1024 --sensor kinematic   # bench_sensors.py's step
+  python benchmarks/profile_step.py sensor 1024 --sensor kinematic [--scene box]  # bench_sensors
 Add ``--hlo FILE`` to write the optimised HLO (to read what a fusion contains).
 """
 
@@ -75,12 +75,14 @@ def main():
     ap.add_argument("--points", type=int, default=500, help="proximity: tracked points")
     ap.add_argument("--capacity", type=int, default=80, help="proximity: max_candidates (0: off)")
     ap.add_argument("--sensor", default="kinematic", help="sensor: a name of bench_sensors.py")
+    ap.add_argument("--scene", default="sphere", help="sensor: a scene of bench_sensors.py")
     ap.add_argument("--hlo")
     a = ap.parse_args()
     if a.mode == "sensor":
         import bench_sensors
 
-        f, args = bench_sensors.sensor_step_case(bench_sensors.sensors()[a.sensor], a.envs)
+        sensor = bench_sensors.sensors(a.scene)[a.sensor]
+        f, args = bench_sensors.sensor_step_case(sensor, a.envs, a.scene)
         profile(f, *args, hlo=a.hlo)
         return
     if a.mode == "proximity":

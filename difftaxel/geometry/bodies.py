@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
-from .._numerics import cross
+from .._numerics import compute_once, cross, runtime_one
 from .._pytree import pytree_dataclass
 from .._validate import check_finite, check_last_dim, check_pose, check_shape
 from .planes import Planes, affine_planes
@@ -263,4 +263,7 @@ def _query_one(treedef, leaves, T_body, T_frame_world, x, y, z):
     # shape-frame point = R^T p - R^T t_fs, one plane at a time
     ps = affine_planes(R.T, t, x, y, z)
     sd, m = sdf_local_xyz(s, *ps)
+    # the distance and the local normal planes stored once: every rotated normal component
+    # reads all three, and XLA's CPU fusion would otherwise recompute the shape's SDF in each
+    sd, *m = compute_once(runtime_one(x), sd, *m)
     return sd, tuple(R[i, 0] * m[0] + R[i, 1] * m[1] + R[i, 2] * m[2] for i in range(3))
