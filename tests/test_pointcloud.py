@@ -641,3 +641,39 @@ def test_tracked_frame_planes_equal_world_then_link():
     np.testing.assert_array_equal(msk, msk_w)
     with pytest.raises(ValueError, match="TrackedPoints.segments: body 2"):
         TrackedPoints(points=pts, segments=((2, 7),)).frame_planes(inp, T, jnp.float32)
+
+
+def test_elastomer_surface_is_every_shape_batched_by_kind():
+    """The elastomer's own surface with shapes of two kinds: the distance is the minimum over
+    the shapes whose closed box holds the point (each shape by hand), and shapes of one kind
+    are one batched evaluation (the program's square roots do not grow with their number)."""
+    rng = np.random.default_rng(0)
+    boxes = [
+        dt.Box(size=[0.02, 0.02, 0.01], T_body_shape=[0.01 * k, 0, -0.005, *Q0]) for k in range(3)
+    ]
+    shapes = (*boxes, dt.Sphere(radius=0.006, T_body_shape=[0, 0.01, 0, *Q0]))
+    track = TrackedPoints(rng.normal(size=(8, 3)) * 0.01, segments=((0, 8),))
+    el = ElastomerTaxel(
+        probe_local_pos=generate_grid_points_on_plane(
+            (-0.01, -0.01, 0), (0.01, 0.01, 0), (0, 0, 1), 3, 3
+        ),
+        track_points=track,
+        elastomer_shapes=shapes,
+    )
+    y = jnp.asarray(rng.uniform(-0.012, 0.012, (100, 3)))
+    ref = np.full(100, 1e6)
+    for s in shapes:
+        p = np.asarray(y) - np.asarray(s.T_body_shape[:3])  # identity rotations
+        lo, hi = (np.asarray(a) for a in s.aabb_local())
+        inside = np.all((p >= lo) & (p <= hi), -1)
+        sd = np.asarray(s.sdf_local(jnp.asarray(p))[0])
+        ref = np.minimum(ref, np.where(inside, sd, 1e6))
+    assert np.sum(ref < 1e6) > 10  # the points meet the surface
+    np.testing.assert_allclose(el._surface_sd(y), ref, rtol=1e-12, atol=1e-15)
+
+    def n_sqrt(n_boxes):
+        e = el.replace(elastomer_shapes=(*[boxes[0]] * n_boxes, shapes[-1]))
+        jaxpr = jax.make_jaxpr(lambda s, y: s._surface_sd(y))(e, y)
+        return str(jaxpr).count("sqrt")
+
+    assert n_sqrt(1) == n_sqrt(8)

@@ -422,18 +422,24 @@ class ElastomerTaxel(PointCloudSensor):
 
     def _surface_sd(self, y: Array) -> Array:
         """Signed distance ``[M]`` of link-frame points to the elastomer surface, ``1e6`` outside
-        every shape's (closed) box, as Genesis's AABB skip."""
+        every shape's (closed) box, as Genesis's AABB skip. Shapes of one kind are one batched
+        evaluation (the program does not grow with the number of shapes)."""
         sd_min = jnp.full(y.shape[:1], 1e6, y.dtype)
-        for s in self.elastomer_shapes:
-            T = s.T_body_shape.astype(y.dtype)
-            R = _pose.quat_to_matrix(T[3:])
-            p = _pose.matrix_apply(R.T, -(R.T @ T[:3]), y)
-            lo, hi = s.aabb_local()
-            lo = jnp.asarray(lo, y.dtype)[None]
-            hi = jnp.asarray(hi, y.dtype)[None]
-            inside = jnp.all((p >= lo) & (p <= hi), -1)
-            sd, _ = s.sdf_local(p)
-            sd_min = jnp.minimum(sd_min, jnp.where(inside, sd, 1e6))
+        for _, treedef, leaves, _ in shape_kinds(self.elastomer_shapes):  # a few kinds, static
+
+            def one(leaf, treedef=treedef):
+                s = jax.tree.unflatten(treedef, leaf)
+                T = s.T_body_shape.astype(y.dtype)
+                R = _pose.quat_to_matrix(T[3:])
+                p = _pose.matrix_apply(R.T, -(R.T @ T[:3]), y)
+                lo, hi = s.aabb_local()
+                lo = jnp.asarray(lo, y.dtype)[None]
+                hi = jnp.asarray(hi, y.dtype)[None]
+                inside = jnp.all((p >= lo) & (p <= hi), -1)
+                sd, _ = s.sdf_local(p)
+                return jnp.where(inside, sd, 1e6)
+
+            sd_min = jnp.minimum(sd_min, jnp.min(jax.vmap(one)(leaves), 0))
         return sd_min
 
     def shear(self, state: ElastomerState, inputs: SensorInputs):
