@@ -489,19 +489,22 @@ class KinematicTaxel(_ContactSensor):
         if winner is None:
             tw = shape_rows(bodies.twists, b).astype(dtype)  # [S, 6]
             org = shape_rows(bodies.poses[:, :3], b).astype(dtype)  # [S, 3]
-        else:
-            per_probe = jnp.asarray(b)[winner]
-            tw = bodies.twists[per_probe].astype(dtype)  # [N, 6]
-            org = bodies.poses[per_probe, :3].astype(dtype)  # [N, 3]
+        else:  # per body [B, ...]; each probe then reads its winning shape's body
+            tw = bodies.twists.astype(dtype)
+            org = bodies.poses[:, :3].astype(dtype)
         tl = inputs.twist_link.astype(dtype)
         w_rel_world = tw[:, 3:] - tl[None, 3:]
         v0_world = tw[:, :3] - tl[None, :3] + cross(tw[:, 3:], T[None, :3] - org)
         v0 = matmul3(v0_world, Rt.T)  # rows rotated by R^T
         w = matmul3(w_rel_world, Rt.T)
-        if winner is not None:  # one row per probe: v0 + w x p_L
-            wp = cross(w, jnp.stack(p_link, -1))
-            v_rel = tuple((v0[:, i] + wp[:, i])[None] for i in range(3))
-            return v_rel, tuple(w[:, i][None] for i in range(3))
+        if winner is not None:  # v0 + w x p_L on the probes' planes, [1, N] each
+            per_probe = jnp.asarray(b)[winner]
+            v0 = [v0[:, i][per_probe] for i in range(3)]
+            w = [w[:, i][per_probe] for i in range(3)]
+            px, py, pz = p_link
+            wp = (w[1] * pz - w[2] * py, w[2] * px - w[0] * pz, w[0] * py - w[1] * px)
+            v_rel = tuple((v0[i] + wp[i])[None] for i in range(3))
+            return v_rel, tuple(c[None] for c in w)
         wx, wy, wz = (w[:, i : i + 1] for i in range(3))  # [S, 1]
         # v0 + w x p_L, one affine map per shape (its pose gradient is one product)
         v_rel = jax.vmap(lambda A, c: affine_planes(A, c, *p_link))(jax.vmap(skew)(w), v0)
