@@ -155,6 +155,7 @@ def _write(path, layout, scene, meas):
     )
 
 
+@pytest.mark.slow  # ~15 s: two fits through the CLI (its errors are in the default run's CLI tests)
 def test_cli_writes_the_next_presses_and_fits_every_recording_from_them(tmp_path, capsys):
     """calibrate --next-presses on the first recording writes a plan (sphere centres, the layout
     to start from); the presses recorded, calibrate on both recordings --start PLAN finds the
