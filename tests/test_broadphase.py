@@ -199,6 +199,7 @@ def test_gradient_at_contact_onset_matches_finite_differences():
     np.testing.assert_allclose(float(jt), float(g), rtol=1e-12)
 
 
+@SLOW  # ~9 s: CI's slow run (the default run is at its 10-minute budget)
 def test_vmap_over_environments_equals_a_loop():
     """Environments with different numbers of near shapes in one batch."""
     s = replace(SENSORS["kinematic"], broad_phase="links")
