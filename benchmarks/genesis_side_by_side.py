@@ -40,6 +40,9 @@ import subprocess
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _scenes import BOX, R_SPHERE, SCENES  # noqa: E402  (plain constants: no jax here)
+
 SENSORS = (
     "depth",
     "contact",
@@ -84,9 +87,6 @@ def genesis_worker(name: str, E: int, steps: int, scene_name: str) -> dict:
         rigid_options=gs.options.RigidOptions(disable_constraint=True, enable_collision=True),
         show_viewer=False,
     )
-    sys.path.insert(0, str(HERE))
-    from _scenes import BOX, R_SPHERE, SCENES
-
     what, radius = SCENES[scene_name]
     pad = scene.add_entity(gs.morphs.Box(size=(0.04, 0.04, 0.01), pos=(0, 0, 0.005), fixed=True))
     if what == "sphere":
@@ -175,7 +175,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20, help="Genesis steps timed per process")
     ap.add_argument("--only", nargs="+", default=list(SENSORS))
     ap.add_argument("--warm-allocator", action="store_true", help="see the module docstring")
-    ap.add_argument("--scene", choices=("sphere", "box"), default="sphere")
+    ap.add_argument("--scene", choices=sorted(SCENES), default="sphere")
     ap.add_argument("--worker", nargs=3, metavar=("SIDE", "SENSOR", "ENVS"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
