@@ -7,7 +7,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from difftaxel._numerics import compute_once, matmul3, runtime_one, skew
+from difftaxel._numerics import (
+    compute_once,
+    first_argmax,
+    first_argmin,
+    matmul3,
+    runtime_one,
+    skew,
+)
 from difftaxel.geometry.planes import affine_planes
 from difftaxel.testing import check_grad_fd
 
@@ -183,3 +190,22 @@ def test_matmul3_is_the_matrix_product_under_vmap_and_grad():
     np.testing.assert_allclose(ga, 2 * (a @ b) @ np.swapaxes(b, -1, -2), rtol=1e-12)
     with pytest.raises(ValueError, match="matmul3"):
         matmul3(jnp.ones((2, 4)), jnp.ones((4, 2)))
+
+
+def test_first_argmax_and_argmin_are_jnp_argmax_and_argmin():
+    """Ties (the first wins), infinities, NaN (counted as the extreme, the first NaN wins),
+    integers, either axis, under jit and vmap."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 4, size=(6, 9)).astype(float)  # many ties
+    x[1, 3] = np.nan
+    x[2, :] = np.inf
+    x[3, :] = -np.inf
+    x[4, [2, 6]] = np.nan
+    for a in (jnp.asarray(x), jnp.asarray(rng.integers(-3, 3, size=(6, 9)))):
+        for axis in (0, 1, -1):
+            np.testing.assert_array_equal(first_argmax(a, axis), jnp.argmax(a, axis))
+            np.testing.assert_array_equal(first_argmin(a, axis), jnp.argmin(a, axis))
+    jx = jnp.asarray(x)
+    np.testing.assert_array_equal(jax.jit(first_argmax)(jx), jnp.argmax(jx, -1))
+    np.testing.assert_array_equal(jax.vmap(first_argmin)(jx), jnp.argmin(jx, -1))
+    assert first_argmax(jx).dtype == jnp.int32

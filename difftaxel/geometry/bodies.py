@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
-from .._numerics import compute_once, cross, runtime_one
+from .._numerics import compute_once, cross, first_argmin, runtime_one
 from .._pytree import pytree_dataclass
 from .._validate import check_finite, check_last_dim, check_pose, check_shape
 from .planes import Planes, affine_planes
@@ -205,7 +205,7 @@ class Bodies:
           shape with the smallest ``sd``; first shape on ties), ``body [P]`` int32 (owning body).
         """
         q = self.query(points_world, body_mask)
-        k = jnp.argmin(q.sd, axis=0)
+        k = first_argmin(q.sd, axis=0)
         sd = jnp.take_along_axis(q.sd, k[None], 0)[0]
         normal = jnp.take_along_axis(q.normal, k[None, :, None], 0)[0]
         body = jnp.asarray(self.shape_bodies)[k]

@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import pose as _pose
 from .._numerics import eps as _eps
-from .._numerics import matmul3
+from .._numerics import first_argmax, first_argmin, matmul3
 from .bodies import _query_one, query_kinds, shape_kinds, shape_rows
 from .grid import GridSDF
 from .mesh import TriangleMesh
@@ -85,7 +85,7 @@ def _hull_subset(s: ConvexHull, dtype):
     """The faces of ``s`` most aligned with each of 26 directions: their plane maximum is at
     most the hull's (a subset of its faces), 1-Lipschitz, and a few planes instead of all."""
     n = s.normals.astype(dtype)
-    k = jnp.argmax(matmul3(jnp.asarray(_DIRS, dtype), n.T), axis=1)
+    k = first_argmax(matmul3(jnp.asarray(_DIRS, dtype), n.T))
     return n[k], s.offsets.astype(dtype)[k]
 
 
@@ -164,7 +164,7 @@ def _dense(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
     sd, n = query_kinds(kinds, poses, T_fw, x, y, z)  # [S, N]
     on = shape_on[:, None]
     sd = jnp.where(on, sd, jnp.asarray(FAR, sd.dtype))
-    k = jnp.argmin(jnp.where(on, _key(mode, sd), jnp.inf), axis=0)
+    k = first_argmin(jnp.where(on, _key(mode, sd), jnp.inf), axis=0)
     onehot = jnp.arange(sd.shape[0])[:, None] == k[None]
 
     def pick(a):
@@ -187,22 +187,17 @@ def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
         jnp.full((N,), S, jnp.int32),  # shape index (S: none)
     )
     for (idx, treedef, bodies), lv in zip(spec, leaves, strict=True):  # a few kinds, static
-        G = len(idx)
         T_b = shape_rows(poses, bodies).astype(dtype)
         lb = kind_lower_bounds(treedef, lv, T_b, frame, c, rho)[:, 0]  # [G]
         near = shape_on[np.asarray(idx)] & (lb <= reach)
         cum = jnp.cumsum(near.astype(jnp.int32))
-        order = (
-            jnp.zeros((G + 1,), jnp.int32)
-            .at[jnp.where(near, cum - 1, G)]
-            .set(jnp.arange(G, dtype=jnp.int32))
-        )
         count = cum[-1]
         gidx = jnp.asarray(np.asarray(idx), jnp.int32)
 
-        def visit(j, best, lv=lv, T_b=T_b, gidx=gidx, order=order, treedef=treedef):
+        def visit(j, best, lv=lv, T_b=T_b, gidx=gidx, cum=cum, treedef=treedef):
             """Merge the ``j``-th near shape of the kind."""
-            s = order[j]
+            # the j-th near shape: the first whose running count passes j (no scatter)
+            s = jnp.sum((cum <= j).astype(jnp.int32))
             sd, n = _query_one(treedef, [a[s] for a in lv], T_b[s], T_fw, x, y, z)
             bk, bsd, bn, bi = best
             key, g = _key(mode, sd), gidx[s]

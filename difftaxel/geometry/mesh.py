@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._numerics import cross, dot, safe_norm, safe_normalize
+from .._numerics import cross, dot, first_argmin, safe_norm, safe_normalize
 from .._pytree import pytree_dataclass, static_field
 from .._validate import check_pose
 from .shapes import Shape, _identity_pose
@@ -192,7 +192,7 @@ class TriangleMesh(Shape):
             cp = closest_point_on_triangle(pp, a, b, c)
             d = pp - cp
             d2 = jnp.sum(d * d, -1)  # [P, fc]
-            k = jnp.argmin(d2, axis=1)
+            k = first_argmin(d2)
             d2k = jnp.take_along_axis(d2, k[:, None], 1)[:, 0]
             ck = jnp.take_along_axis(cp, k[:, None, None], 1)[:, 0]
             nf = safe_normalize(cross(t[:, 1] - t[:, 0], t[:, 2] - t[:, 0]))

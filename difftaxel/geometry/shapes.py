@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import pose as _pose
 from .._numerics import eps as _eps
-from .._numerics import safe_norm, safe_normalize
+from .._numerics import first_argmax, safe_norm, safe_normalize
 from .._pytree import pytree_dataclass, static_field
 from .._validate import check_last_dim, check_pose, check_positive
 
@@ -391,7 +391,7 @@ class ConvexHull(Shape):
         col = lambda a: a.reshape(lead + (-1,))  # noqa: E731
         e = x[..., None] * col(n[:, 0]) + y[..., None] * col(n[:, 1])
         e = e + z[..., None] * col(n[:, 2]) - col(d)
-        k = jnp.argmax(e, axis=-1)
+        k = first_argmax(e)
         sd = jnp.max(e, axis=-1)
         return sd, (n[k, 0], n[k, 1], n[k, 2])
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .._numerics import first_argmax, first_argmin
+
 Array = jax.Array
 
 
@@ -34,7 +36,7 @@ def _winner(mode: str, q, radius):
     valid = jnp.any(mask, axis=0)
     if mode == "raycast":
         absd = jnp.where(mask, jnp.abs(sd), jnp.inf)
-        k = jnp.argmin(absd, axis=0)
+        k = first_argmin(absd, axis=0)
         onehot = jnp.arange(S)[:, None] == k[None]
         sdk = _select(onehot, sd)
         dk = _select(onehot, absd)
@@ -43,7 +45,7 @@ def _winner(mode: str, q, radius):
     pen_s = jnp.where(mask, radius[None] - sd, -jnp.inf)
     if S == 1:
         return jnp.where(valid, pen_s[0], -1.0), jnp.ones((1,) + pen_s.shape[1:], bool), valid
-    k = jnp.argmax(pen_s, axis=0)
+    k = first_argmax(pen_s, axis=0)
     onehot = jnp.arange(S)[:, None] == k[None]
     pen = _select(onehot, jnp.where(mask, pen_s, 0.0))
     return jnp.where(valid, pen, -1.0), onehot, valid
