@@ -226,23 +226,23 @@ def first_argmax(x: Array, axis: int = -1) -> Array:
     answer (a NaN counts as the largest). Why: XLA's CPU backend lowers an arg-reduction to
     a two-operand reduce, several times slower than a max followed by the smallest index
     attaining it."""
-    x = jnp.moveaxis(x, axis, -1)
-    top = jnp.max(x, axis=-1, keepdims=True)
-    return _first_index((x >= top) | jnp.isnan(x))
-
-
-def _first_index(hit: Array) -> Array:
-    """The first True along the last axis of ``hit`` (int32; one is always True)."""
-    n = hit.shape[-1]
-    return jnp.min(jnp.where(hit, jnp.arange(n, dtype=jnp.int32), n), axis=-1)
+    top = jnp.max(x, axis=axis, keepdims=True)
+    return _first_index((x >= top) | jnp.isnan(x), axis)
 
 
 def first_argmin(x: Array, axis: int = -1) -> Array:
     """Index (int32) of the first smallest entry of ``x`` along ``axis``, ``jnp.argmin``'s
     answer (a NaN counts as the smallest); see :func:`first_argmax`."""
-    x = jnp.moveaxis(x, axis, -1)
-    low = jnp.min(x, axis=-1, keepdims=True)
-    return _first_index((x <= low) | jnp.isnan(x))
+    low = jnp.min(x, axis=axis, keepdims=True)
+    return _first_index((x <= low) | jnp.isnan(x), axis)
+
+
+def _first_index(hit: Array, axis: int) -> Array:
+    """The first True along ``axis`` of ``hit`` (int32; one is always True), reduced in
+    place (no transpose)."""
+    n = hit.shape[axis]
+    i = jax.lax.broadcasted_iota(jnp.int32, hit.shape, axis % hit.ndim)
+    return jnp.min(jnp.where(hit, i, n), axis=axis)
 
 
 def dot(a: Array, b: Array, keepdims: bool = False) -> Array:

@@ -11,7 +11,6 @@ import numpy as np
 from mujoco import mjx as _mjx
 
 from ..geometry import Bodies, Box, Capsule, ConvexHull, Cylinder, Plane, Sphere, TriangleMesh
-from ..geometry.bodies import shape_rows
 from ..sensors import SensorInputs
 
 Array = jax.Array
@@ -236,19 +235,9 @@ def check_differentiable(m) -> None:
         )
 
 
-def _inputs(d, sc, root, dt, gated, every=None):
-    """The sensor inputs of scene ``sc`` from ``d``. ``every = (ids, poses, twists)``: the
-    poses and twists of bodies ``ids`` computed once for several scenes (their rows are
-    taken here); None computes this scene's own."""
-    if every is None:
-        poses, twists = body_poses_twists(d, sc.body_ids, root[sc.body_ids])
-        lp, lt = body_poses_twists(d, np.array([sc.sensor_body]), root[[sc.sensor_body]])
-    else:
-        ids, P, V = every
-        row = {int(b): i for i, b in enumerate(ids)}
-        rows = np.array([row[int(b)] for b in sc.body_ids])
-        poses, twists = shape_rows(P, rows), shape_rows(V, rows)
-        lp, lt = P[row[int(sc.sensor_body)]][None], V[row[int(sc.sensor_body)]][None]
+def _inputs(d, sc, root, dt, gated):
+    poses, twists = body_poses_twists(d, sc.body_ids, root[sc.body_ids])
+    lp, lt = body_poses_twists(d, np.array([sc.sensor_body]), root[[sc.sensor_body]])
     mask = contact_mask(sc, d) if gated else jnp.ones(sc.body_ids.size, bool)
     return SensorInputs(
         T_world_link=lp[0],
@@ -307,18 +296,13 @@ def rollout(
     T = controls.shape[0]
     keys = None if key is None else jax.random.split(key, (T, len(sensors)))
 
-    # every body any sensor reads, its pose and twist computed once a step for all of them
-    ids = np.unique(np.concatenate([[sc.sensor_body, *sc.body_ids] for sc in scenes]))
-
     def step(carry, xs):
         d, states = carry
         u, k = xs
         d = _mjx.step(mx, d.replace(ctrl=u))
-        every = (ids, *body_poses_twists(d, ids, root[ids]))
         new, reads = [], []
         for i, (s, sc) in enumerate(zip(sensors, scenes)):  # a few sensor links, static
-            inp = _inputs(d, sc, root, dt, gated, every)
-            st, r = s.step(states[i], inp, None if k is None else k[i])
+            st, r = s.step(states[i], _inputs(d, sc, root, dt, gated), None if k is None else k[i])
             new.append(st)
             reads.append(r)
         return (d, tuple(new)), tuple(reads)
