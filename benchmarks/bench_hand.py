@@ -17,7 +17,7 @@ The Shadow Hand is the mujoco-mjx wheel's test model (convex hull meshes), rando
 ``--steps`` steps per rollout, float32.
 
 Run: ``python benchmarks/bench_hand.py [--envs 256 1024] [--steps 10] [--rounds 3]
-[--exhaustive]``; the last line is JSON (the machine on the line before). Needs the ``[mjx]`` extra.
+[--exhaustive] [--configs hand hand_all]``; the last line is JSON (the machine on the line before). Needs the ``[mjx]`` extra.
 """
 
 from __future__ import annotations
@@ -118,8 +118,16 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--exhaustive", action="store_true", help="also time broad_phase='off'")
+    ap.add_argument(
+        "--configs",
+        nargs="+",
+        choices=list(CONFIGS),
+        help="only these configurations (default: all but the exhaustive one)",
+    )
     a = ap.parse_args()
     names = [n for n in CONFIGS if a.exhaustive or n != "hand_all_exhaustive"]
+    if a.configs:
+        names = [n for n in CONFIGS if n in a.configs]
     res = [run(e, a.steps, a.rounds, names) for e in a.envs]
     emit({"results": res})
 
