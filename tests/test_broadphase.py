@@ -117,8 +117,8 @@ SENSORS = {
 
 
 SLOW = pytest.mark.slow  # more of the same: CI's slow run
-FAST_SET = ("kinematic", "smooth", "depth")
-SLOW_SET = ("raycast", "noise", "contact")
+FAST_SET = ("kinematic", "smooth")  # the default run's budget: two compiled configurations
+SLOW_SET = ("raycast", "noise", "contact", "depth")
 
 
 @pytest.mark.parametrize(

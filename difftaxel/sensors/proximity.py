@@ -29,8 +29,9 @@ from .base import (
     noised_radius,
     split3,
 )
+from .pair_bodies import body_groups, fold_motion, pair_sums_bodies
 from .pair_windows import choose_window
-from .pairs import block_shape, pair_sums, pair_sums_rigid
+from .pairs import block_shape, pair_sums
 from .tracked import PointCloudSensor, pose_in_frame
 
 Array = jax.Array
@@ -116,7 +117,9 @@ class ProximityTaxel(PointCloudSensor):
     derivatives from the exhaustive pass). The sums run in the link frame. On a grid layout
     each such block takes only a window of the probes it can reach (the derived
     ``pair_window``, :func:`~difftaxel.sensors.pair_windows.choose_window`; None where windows
-    would not pay), with the same readings.
+    would not pay), with the same readings. Several tracked bodies go through one scan per
+    group of bodies of similar size (:mod:`difftaxel.sensors.pair_bodies`): the program does
+    not grow with the bodies tracked.
 
     ``max_candidates`` (static int) turns on a hand-tuned point pre-selection instead, the
     capacity-and-overflow pattern of JAX-MD's neighbour lists: each step keeps only the
@@ -264,9 +267,10 @@ class ProximityTaxel(PointCloudSensor):
         """The tracked points as groups ``(kind, body, data, mask)`` in the sensor link frame,
         and the overflow flag.
 
-        * ``"rigid"`` (exhaustive: one group per segment): ``data = (R, t, points)``, the
-          body's rotation and position in the link frame and its own points (three planes,
-          body frame, in a spatial order); ``mask`` is the body's ``[]`` flag.
+        * ``"rigid"`` (exhaustive: one group for every segment; body None): ``data = (R [G, 3,
+          3], t [G, 3], (v, w, x) [G, 3] each, points)``, each segment's body rotation,
+          position, twist and origin in the link frame, and the points (three planes, body
+          frames, each segment in a spatial order); ``mask [G]`` the segments' bodies' flags.
         * ``"points"`` (``max_candidates``, one body): ``data`` = the selected candidates'
           link-frame positions (three planes); ``mask [K]``.
         * ``"mixed"`` (``max_candidates``, several bodies; body None): ``data = (positions,
@@ -311,18 +315,18 @@ class ProximityTaxel(PointCloudSensor):
                 )  # fmt: skip
                 m = m | (valid & on & body_mask[b])
             return [("mixed", None, mot, m)], overflow
-        groups, start = [], 0
         pts = self.track_points.points.astype(dtype)
         if self.point_order is not None:  # each body's points in a spatial order
             pts = pts[np.asarray(self.point_order)]
-        for b, c in segs:
-            if c:
-                seg = tuple(pts[start : start + c, i] for i in range(3))
-                # the body's pose in the link frame: the sums run among link-frame probes
-                R_lb, t_lb = pose_in_frame(T, bodies.poses[b].astype(dtype))
-                groups.append(("rigid", b, (R_lb, t_lb, seg), body_mask[b]))
-            start += c
-        return groups, jnp.zeros((), bool)
+        bs = np.array([b for b, _ in segs])
+        # each segment's body: its pose (the sums run among link-frame probes), twist and
+        # origin in the link frame (rows: v @ R is R^T v)
+        P_b = bodies.poses[bs].astype(dtype)
+        R_lb, t_lb = jax.vmap(lambda P: pose_in_frame(T, P))(P_b)
+        tw = bodies.twists[bs].astype(dtype)
+        mot = (tw[:, :3] @ R_l, tw[:, 3:] @ R_l, (P_b[:, :3] - T[None, :3]) @ R_l)
+        data = (R_lb, t_lb, mot, (pts[:, 0], pts[:, 1], pts[:, 2]))
+        return [("rigid", None, data, body_mask[bs])], jnp.zeros((), bool)
 
     def _accumulate(self, inputs: SensorInputs, radii: Array):
         """``S [B, N]``, ``V [B, N, 3]``, ``W [B, N]`` for each radius branch ``radii [B, N]``,
@@ -349,41 +353,34 @@ class ProximityTaxel(PointCloudSensor):
         v_tax = v_l[None] + cross(w_l[None], q)  # [N, 3]
         groups, overflow = self._groups(inputs, radii, dtype)
         pl = (q[:, 0], q[:, 1], q[:, 2])
-        S = jnp.zeros(radii.shape, dtype)
-        Pv = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
-        Pw = [jnp.zeros(radii.shape, dtype) for _ in range(3)]
+        z = jnp.zeros(radii.shape, dtype)
+        S, Pw, Pv = z, [z] * 3, [z] * 3
         chunk = int(self.point_chunk)
         shear = self.stage_on("shear")
         for kind, b, data, m in groups:
-            if kind == "mixed":  # candidates of several bodies: per-point velocity and spin
-                x, v, w = data
-                feats = (*v, *w) if shear else tuple(w)
-                Sb, _, F = pair_sums(pl, radii, x, m, chunk, False, feats)
-                S = S + Sb
-                for i in range(3):
-                    Pw[i] = Pw[i] + F[-3 + i]
-                    if shear:
-                        Pv[i] = Pv[i] + F[i]
-                continue
-            if kind == "rigid":
-                R_lb, t_lb, seg = data
-                Sb, D, _ = pair_sums_rigid(
-                    pl, radii, R_lb, t_lb, seg, m, chunk, shear, self.pair_window
+            if kind == "rigid":  # every segment's points, each moved by its own body
+                R_lb, t_lb, mot, pts = data
+                grouping = body_groups(self.track_points.segments, chunk)
+                Sb, Fw, Fv = pair_sums_bodies(
+                    pl, radii, R_lb, t_lb, mot, pts, m, grouping, shear, self.pair_window
                 )
-            else:
+                feats = (*Fv, *Fw) if shear else Fw
+            elif kind == "mixed":  # candidates of several bodies: per-point velocity and spin
+                x, v, w = data
+                Sb, _, feats = pair_sums(pl, radii, x, m, chunk, False, (*v, *w) if shear else w)
+            else:  # one body's candidates
                 Sb, D, _ = pair_sums(pl, radii, data, m, chunk, shear)
-            tw = inputs.bodies.twists[b].astype(dtype)
-            w = R.T @ tw[3:]  # the body's spin, link frame
+                tw = inputs.bodies.twists[b].astype(dtype)
+                x_b = R.T @ (inputs.bodies.poses[b, :3].astype(dtype) - T[:3])
+                mot = (R.T @ tw[:3], R.T @ tw[3:], x_b)
+                S, Pw, Fv = fold_motion((S, Pw, Pv if shear else None), Sb, D, pl, mot)
+                Pw, Pv = list(Pw), list(Fv) if shear else Pv
+                continue
             S = S + Sb
             for i in range(3):
-                Pw[i] = Pw[i] + w[i] * Sb
-            if D is not None:
-                v_b = R.T @ tw[:3]
-                x_b = R.T @ (inputs.bodies.poses[b, :3].astype(dtype) - T[:3])
-                r = [D[i] + (pl[i] - x_b[i])[None] * Sb for i in range(3)]  # sum P (x - x_b)
-                Pv[0] = Pv[0] + v_b[0] * Sb + w[1] * r[2] - w[2] * r[1]
-                Pv[1] = Pv[1] + v_b[1] * Sb + w[2] * r[0] - w[0] * r[2]
-                Pv[2] = Pv[2] + v_b[2] * Sb + w[0] * r[1] - w[1] * r[0]
+                Pw[i] = Pw[i] + feats[-3 + i]
+                if shear:
+                    Pv[i] = Pv[i] + feats[i]
         Pv, Pw = jnp.stack(Pv, -1), jnp.stack(Pw, -1)
         # V = sum P (v_pt - v_tax)_t ; W = sum P (w_pt - w_link) . a
         Vr = Pv - S[..., None] * v_tax[None]
