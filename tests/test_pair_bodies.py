@@ -87,8 +87,7 @@ def close(a, b):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("with_d", [False, True])
-@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("with_d, masked", [(False, False), (True, True)])
 def test_one_pass_equals_one_pass_per_body(with_d, masked):
     T, tw, pts = case()
     on = ON.at[2].set(False) if masked else ON  # the second body's only segment

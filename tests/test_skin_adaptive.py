@@ -80,6 +80,7 @@ def sparse_skin():
     return true, LinkLayout.make(init_pos, nrm), s, recorder(s, true)
 
 
+@pytest.mark.slow  # ~11 s; the slow loop test below searches too (the default run's budget)
 def test_a_taxel_no_press_touched_is_searched_for():
     """A sparse 3 x 3 layout (10 mm pitch) whose centre taxel sits 8 mm from its nominal site:
     the nominal plan never touches it; the plan searches a disc around its prior (moved with
