@@ -83,6 +83,10 @@ def test_choose_window():
     ny, nx, wy, wx, _, _ = choose_window(grid_positions(40, 40), 0.004, pts, ((0, len(pts)),), 8)
     assert (ny, nx) == (40, 40) and 16 < wy * wx <= 32
     assert choose_window(grid_positions(3, 3), RADIUS, pts, ((0, len(pts)),), 8) is None
+    # a dense pad (0.6 mm pitch): 16 x 15 windows starting every row or two would keep 62
+    # times the grid's sums (36 GB at 10,000 probes x 1024 envs): every probe instead
+    dense = grid_positions(50, 50) * 0.2
+    assert choose_window(dense, RADIUS, pts, ((0, len(pts)),), 8) is None
     assert choose_window(g[:1], RADIUS, pts, ((0, len(pts)),), 8) is None  # one row
     shuffled = g[np.r_[1, 0, 2:NY]]  # rows out of order: no windows
     assert choose_window(shuffled, RADIUS, pts, ((0, len(pts)),), 8) is None

@@ -54,14 +54,19 @@ Array = jax.Array
 #: lanes of one vector register of float32 (AVX-512): a window is grown to fill them
 LANES = 16
 
+#: windows are used only while their sums (one per window and probe in it) hold at most this
+#: many times the grid's probes
+MAX_WINDOW_SUMS = 16
+
 
 def choose_window(grid: np.ndarray, radius: float, points: np.ndarray, segments, block: int):
     """Static ``(ny, nx, wy, wx, sy, sx)`` windows for the probes ``grid [ny, nx, 3]`` (m, link
     frame), the largest sensing radius ``radius`` (m) and the tracked ``points [M, 3]`` (body
     frames, in the order the sums cut them in blocks of ``block``), or None where windows
     would not pay (a window wider than one vector of :data:`LANES` probes, unless every probe
-    takes eight times its vectors; or half the grid) or the rows and columns are not in
-    order.
+    takes eight times its vectors; half the grid; or windows whose sums would hold more than
+    :data:`MAX_WINDOW_SUMS` times the grid's probes, as on a dense pad, where their memory and
+    their fold cost more than they save) or the rows and columns are not in order.
 
     A block of diameter ``d`` reaches at most ``floor((d + 2 R) / s) + 1`` rows of pitch
     ``s``; the window takes that many (and 5 % more reach), grown to fill a vector of
@@ -109,7 +114,11 @@ def choose_window(grid: np.ndarray, radius: float, points: np.ndarray, segments,
         return None
     # windows start every ``w - need + 1`` rows (and at the last row that fits): a block
     # reaching ``need`` rows fits in one of them
-    return (ny, nx, wy, wx, wy - need[0] + 1, wx - need[1] + 1)
+    sy, sx = wy - need[0] + 1, wx - need[1] + 1
+    n_windows = len(_starts(ny, wy, sy)) * len(_starts(nx, wx, sx))
+    if n_windows * wy * wx > MAX_WINDOW_SUMS * ny * nx:
+        return None  # each window keeps its own sums: they would outweigh the grid's
+    return (ny, nx, wy, wx, sy, sx)
 
 
 def _grid_frame(p, grid):
