@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
 
@@ -219,6 +220,26 @@ def matmul3(a: Array, b: Array) -> Array:
     if a.shape[-1] != 3 or b.ndim < 2 or b.shape[-2] != 3:
         raise ValueError(f"matmul3: expected [..., m, 3] @ [..., 3, n], got {a.shape} @ {b.shape}")
     return sum(a[..., :, k : k + 1] * b[..., k : k + 1, :] for k in range(3))
+
+
+def running_count(mask: Array) -> Array:
+    """Inclusive running count (int32) of the True entries of ``mask [..., n]`` along its last
+    axis: ``jnp.cumsum(mask, -1)``. Why: XLA's CPU backend lowers a cumulative sum to a
+    windowed reduction whose cost grows with the square of ``n``; beyond 16 entries a product
+    with a triangular matrix of ones is cheaper (over chunks of 16 beyond 128 entries; exact
+    in float32 below 2^24 entries)."""
+    *lead, n = mask.shape
+    if n <= 16:  # a kernel call costs more than the windowed sum here
+        return jnp.cumsum(mask.astype(jnp.int32), -1)
+    if n <= 128:  # one product, nothing padded
+        tri = jnp.asarray(np.triu(np.ones((n, n), np.float32)))
+        return (mask.astype(jnp.float32) @ tri).astype(jnp.int32)
+    k = -(-n // 16)
+    pad = [(0, 0)] * len(lead) + [(0, 16 * k - n)]
+    m = jnp.pad(mask.astype(jnp.float32), pad).reshape(*lead, k, 16)
+    inner = m @ jnp.asarray(np.triu(np.ones((16, 16), np.float32)))  # within each chunk
+    before = inner[..., -1] @ jnp.asarray(np.triu(np.ones((k, k), np.float32), 1))
+    return (inner + before[..., None]).reshape(*lead, 16 * k)[..., :n].astype(jnp.int32)
 
 
 def first_argmax(x: Array, axis: int = -1) -> Array:

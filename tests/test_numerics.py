@@ -12,6 +12,7 @@ from difftaxel._numerics import (
     first_argmax,
     first_argmin,
     matmul3,
+    running_count,
     runtime_one,
     skew,
 )
@@ -209,3 +210,15 @@ def test_first_argmax_and_argmin_are_jnp_argmax_and_argmin():
     np.testing.assert_array_equal(jax.jit(first_argmax)(jx), jnp.argmax(jx, -1))
     np.testing.assert_array_equal(jax.vmap(first_argmin)(jx), jnp.argmin(jx, -1))
     assert first_argmax(jx).dtype == jnp.int32
+
+
+@pytest.mark.parametrize("n", [1, 16, 17, 128, 129, 300])
+def test_running_count_is_the_cumulative_sum(n):
+    """Each of its three ways (a cumulative sum, one triangular product, chunks of 16), under
+    jit and vmap, for leading axes and none."""
+    m = np.random.default_rng(n).uniform(size=(3, 2, n)) > 0.4
+    want = np.cumsum(m, -1)
+    np.testing.assert_array_equal(running_count(jnp.asarray(m)), want)
+    np.testing.assert_array_equal(jax.jit(jax.vmap(running_count))(jnp.asarray(m)), want)
+    np.testing.assert_array_equal(running_count(jnp.asarray(m[0, 0])), want[0, 0])
+    assert running_count(jnp.asarray(m)).dtype == jnp.int32

@@ -52,6 +52,9 @@ def shape_rows(x: Array, bodies: np.ndarray) -> Array:
     so the program does not grow with the number of shapes."""
     if len(bodies) <= STATIC_ROWS_MAX:
         return jnp.stack([x[int(i)] for i in bodies])
+    b = np.asarray(bodies)
+    if np.all(np.diff(b) == 1):  # consecutive bodies: a slice, not a gather
+        return x[int(b[0]) : int(b[-1]) + 1]
     return x[jnp.asarray(bodies)]
 
 

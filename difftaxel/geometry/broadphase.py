@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import pose as _pose
 from .._numerics import eps as _eps
-from .._numerics import first_argmax, first_argmin, matmul3
+from .._numerics import first_argmax, first_argmin, matmul3, running_count
 from .bodies import _query_one, query_kinds, shape_kinds, shape_rows
 from .grid import GridSDF
 from .mesh import TriangleMesh
@@ -190,7 +190,7 @@ def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
         T_b = shape_rows(poses, bodies).astype(dtype)
         lb = kind_lower_bounds(treedef, lv, T_b, frame, c, rho)[:, 0]  # [G]
         near = shape_on[np.asarray(idx)] & (lb <= reach)
-        cum = jnp.cumsum(near.astype(jnp.int32))
+        cum = running_count(near)
         count = cum[-1]
         gidx = jnp.asarray(np.asarray(idx), jnp.int32)
 

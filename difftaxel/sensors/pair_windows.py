@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._numerics import compute_once, runtime_one
+from .._numerics import compute_once, running_count, runtime_one
 from ..crosstalk import grid_metadata
 from ..geometry.planes import affine_planes
 from .pair_blocks import (
@@ -162,16 +162,11 @@ def _first_and_fit(x, lo, hi, r, n, w, s):
 
 def _batched_order(near):
     """``(order [E, nb + 1], count [E])`` of :func:`~difftaxel.sensors.pairs.block_order`
-    for ``near [E, nb]``. The prefix sums are products with triangular matrices of ones over
-    chunks of 16 (exact in float32 below 2^24), and the slots one flat scatter (why: XLA's
-    CPU cumulative sum is a windowed reduction, and a scatter under ``vmap`` first builds
-    ``[E nb, 2]`` indices)."""
+    for ``near [E, nb]``: the prefix sums by :func:`~difftaxel._numerics.running_count`, and
+    the slots one flat scatter (why: a scatter under ``vmap`` first builds ``[E nb, 2]``
+    indices)."""
     E, nb = near.shape
-    n16 = -(-nb // 16)
-    m = jnp.pad(near.astype(jnp.float32), ((0, 0), (0, 16 * n16 - nb))).reshape(E, n16, 16)
-    inner = m @ jnp.asarray(np.triu(np.ones((16, 16), np.float32)))  # inclusive, per chunk
-    before = inner[:, :, -1] @ jnp.asarray(np.triu(np.ones((n16, n16), np.float32), 1))
-    cum = (inner + before[:, :, None]).reshape(E, 16 * n16)[:, :nb].astype(jnp.int32)
+    cum = running_count(near)
     base = (nb + 1) * jnp.arange(E, dtype=jnp.int32)[:, None]
     slots = (jnp.where(near, cum - 1, nb) + base).reshape(-1)
     blocks = jnp.broadcast_to(jnp.arange(nb, dtype=jnp.int32), (E, nb)).reshape(-1)
