@@ -28,6 +28,7 @@ __all__ = [
     "check_grad_fd",
     "assert_no_recompile",
     "assert_finite_tree",
+    "program_size",
 ]
 
 #: (rtol, atol) by dtype name for comparisons of a computation with itself reordered.
@@ -177,3 +178,19 @@ def assert_no_recompile(jitted, *calls):
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
     assert not events, f"expected no recompilation after the first call, got {events}"
+
+
+def program_size(sensor, inputs) -> tuple[int, int]:
+    """``(step, gradient)``: the numbers of top-level operations in the jaxprs of
+    ``sensor.step`` on ``inputs`` (a :class:`~difftaxel.sensors.SensorInputs`, the sensor's
+    initial state) and of the gradient of its summed squared measured force with respect to
+    the body poses ``[B, 7]``. Two scenes of one structure and different sizes with the same
+    numbers compile the same program: nothing is unrolled per shape or per body."""
+
+    def loss(P, inp):
+        i2 = inp.replace(bodies=inp.bodies.with_state(P))
+        return jnp.sum(sensor.step(sensor.init_state(), i2)[1].measured.force ** 2)
+
+    step = jax.make_jaxpr(lambda i: sensor.step(sensor.init_state(), i))(inputs)
+    grad = jax.make_jaxpr(jax.grad(loss))(inputs.bodies.poses, inputs)
+    return len(step.jaxpr.eqns), len(grad.jaxpr.eqns)

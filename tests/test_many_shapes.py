@@ -9,6 +9,7 @@ import numpy as np
 
 from difftaxel.geometry import Bodies, Box, Capsule, Plane, Sphere
 from difftaxel.sensors import KinematicTaxel, make_inputs
+from difftaxel.testing import program_size
 
 
 def sphere_scene(n, seed=0):
@@ -21,15 +22,7 @@ def sphere_scene(n, seed=0):
 def step_size(n):
     g = np.stack(np.meshgrid(np.arange(5) * 2e-3, np.arange(5) * 2e-3), -1).reshape(-1, 2)
     s = KinematicTaxel(probe_local_pos=np.c_[g, np.zeros(25)], probe_radius=1e-3)
-    inp = make_inputs(np.array([0, 0, 0, 0, 0, 0, 1.0]), sphere_scene(n))
-
-    def loss(P, inp):
-        i2 = inp.replace(bodies=inp.bodies.with_state(P))
-        return jnp.sum(s.step(s.init_state(), i2)[1].measured.force ** 2)
-
-    step = jax.make_jaxpr(lambda inp: s.step(s.init_state(), inp))(inp)
-    grad = jax.make_jaxpr(jax.grad(loss))(inp.bodies.poses, inp)
-    return len(step.jaxpr.eqns), len(grad.jaxpr.eqns)
+    return program_size(s, make_inputs(np.array([0, 0, 0, 0, 0, 0, 1.0]), sphere_scene(n)))
 
 
 def test_the_program_does_not_grow_with_the_spheres():
