@@ -1,7 +1,7 @@
 """ProximityTaxel's pair sums over the points of several rigid bodies.
 
 A loop per tracked body written in Python is unrolled into the program: its size and its
-compile time grow with the bodies tracked (1.3 s -> 23 s from 1 to 64 far bodies). Here the
+compile time grow with the bodies tracked (1.3 s -> 26 s from 1 to 64 far bodies). Here the
 bodies are grouped by how many blocks of points they hold (rounded up to a power of two; a
 body's points in blocks of its own, padded with far points, so that a spatial order's
 clusters stay whole), and each group is one ``lax.scan`` over its bodies of the one-body
