@@ -117,8 +117,8 @@ SENSORS = {
 
 
 SLOW = pytest.mark.slow  # more of the same: CI's slow run
-FAST_SET = ("kinematic", "smooth")  # the default run's budget: two compiled configurations
-SLOW_SET = ("raycast", "noise", "contact", "depth")
+FAST_SET = ("kinematic",)  # the default run's budget (smoothing: the gradients' test)
+SLOW_SET = ("smooth", "raycast", "noise", "contact", "depth")
 
 
 @pytest.mark.parametrize(
