@@ -357,30 +357,28 @@ class ProximityTaxel(PointCloudSensor):
         S, Pw, Pv = z, [z] * 3, [z] * 3
         chunk = int(self.point_chunk)
         shear = self.stage_on("shear")
-        for kind, b, data, m in groups:
+        for kind, b, data, m in groups:  # each branch: sum P, sum P w, sum P v (or None)
             if kind == "rigid":  # every segment's points, each moved by its own body
                 R_lb, t_lb, mot, pts = data
                 grouping = body_groups(self.track_points.segments, chunk)
                 Sb, Fw, Fv = pair_sums_bodies(
                     pl, radii, R_lb, t_lb, mot, pts, m, grouping, shear, self.pair_window
                 )
-                feats = (*Fv, *Fw) if shear else Fw
             elif kind == "mixed":  # candidates of several bodies: per-point velocity and spin
                 x, v, w = data
-                Sb, _, feats = pair_sums(pl, radii, x, m, chunk, False, (*v, *w) if shear else w)
-            else:  # one body's candidates
+                Sb, _, F = pair_sums(pl, radii, x, m, chunk, False, (*v, *w) if shear else w)
+                Fw, Fv = F[-3:], F[:3] if shear else None
+            else:  # one body's candidates, folded with that body's motion
                 Sb, D, _ = pair_sums(pl, radii, data, m, chunk, shear)
                 tw = inputs.bodies.twists[b].astype(dtype)
                 x_b = R.T @ (inputs.bodies.poses[b, :3].astype(dtype) - T[:3])
                 mot = (R.T @ tw[:3], R.T @ tw[3:], x_b)
-                S, Pw, Fv = fold_motion((S, Pw, Pv if shear else None), Sb, D, pl, mot)
-                Pw, Pv = list(Pw), list(Fv) if shear else Pv
-                continue
+                _, Fw, Fv = fold_motion((z, (z,) * 3, (z,) * 3 if shear else None), Sb, D, pl, mot)
             S = S + Sb
             for i in range(3):
-                Pw[i] = Pw[i] + feats[-3 + i]
+                Pw[i] = Pw[i] + Fw[i]
                 if shear:
-                    Pv[i] = Pv[i] + feats[i]
+                    Pv[i] = Pv[i] + Fv[i]
         Pv, Pw = jnp.stack(Pv, -1), jnp.stack(Pw, -1)
         # V = sum P (v_pt - v_tax)_t ; W = sum P (w_pt - w_link) . a
         Vr = Pv - S[..., None] * v_tax[None]
