@@ -8,6 +8,9 @@ fingertips, and on every hand link. For each and each of ``--envs``:
 * ``overhead_over_physics`` = (``mjx.step`` + the tactile values, :func:`tactile_rollout`) /
   ``mjx.step`` - 1, vmapped over the environments, ``--steps`` steps, both jitted, timed in
   alternating rounds (median of ``--rounds``), random controls;
+* ``overhead_every_pair``: the same with ``visit="pairs"`` (every pair that could touch,
+  evaluated then gated: the check the default's contact-list pass is tested against);
+* ``visit``: what the default evaluates there (:mod:`difftaxel.mjx.tactile_visit`);
 * ``tactile_us_per_env_step``: that difference per environment-step (microseconds);
 * ``c_tactile_us_per_env_step``: the C engine's own tactile cost per environment-step,
   ``mj_step`` with the sensors on minus off (``mjDSBL_SENSOR``), one environment on one
@@ -66,6 +69,7 @@ def measure(links, envs, steps, rounds, resolution) -> dict:
     from mujoco import mjx
 
     from difftaxel.mjx import mjcf_tactile, shadow_hand_with_tactile, tactile_rollout
+    from difftaxel.mjx.tactile_visit import choose_visit
 
     m = shadow_hand_with_tactile(resolution, links)
     mx = mjx.put_model(m)
@@ -80,19 +84,21 @@ def measure(links, envs, steps, rounds, resolution) -> dict:
     def physics(d, u):
         return jax.lax.scan(lambda d, uu: (mjx.step(mx, d.replace(ctrl=uu)), None), d, u)[0].qpos
 
-    def with_tactile(d, u):
+    def with_tactile(d, u, tac):
         d, sd = tactile_rollout(mx, d, tac, u)
         return d.qpos, sd
 
     f_phys = jax.jit(jax.vmap(physics))
-    f_tac = jax.jit(jax.vmap(with_tactile))
-    _time(f_phys, ds, uj)
-    _time(f_tac, ds, uj)
-    tp, tt = [], []
+    f_tac = jax.jit(jax.vmap(with_tactile, (0, 0, None)))
+    every = tac.replace(visit="pairs")
+    for f, *extra in ((f_phys,), (f_tac, tac), (f_tac, every)):
+        _time(f, ds, uj, *extra)
+    tp, tt, te = [], [], []
     for _ in range(rounds):  # alternating rounds on a shared machine
         tp.append(_time(f_phys, ds, uj))
-        tt.append(_time(f_tac, ds, uj))
-    mp, mt = statistics.median(tp), statistics.median(tt)
+        tt.append(_time(f_tac, ds, uj, tac))
+        te.append(_time(f_tac, ds, uj, every))
+    mp, mt, me = (statistics.median(z) for z in (tp, tt, te))
     c_tac, c_step = _c_tactile_cost(m, np.repeat(u[0], 20, axis=0), rounds)
     ours = (mt - mp) / (envs * steps)
     taxels = int(sum(m.sensor_dim) // 3)
@@ -105,6 +111,8 @@ def measure(links, envs, steps, rounds, resolution) -> dict:
         "physics_s": mp,
         "physics_and_tactile_s": mt,
         "overhead_over_physics": mt / mp - 1.0,
+        "overhead_every_pair": me / mp - 1.0,
+        "visit": choose_visit(tac, d0),
         "tactile_us_per_env_step": ours * 1e6,
         "c_tactile_us_per_env_step": c_tac * 1e6,
         "c_step_without_sensors_us": c_step * 1e6,
@@ -126,7 +134,8 @@ def main():
             rows.append(r)
             print(
                 f"{links:>10} ({r['taxels']} taxels), {envs} envs: tactile overhead "
-                f"{r['overhead_over_physics']:+.1%} over mjx.step; {r['tactile_us_per_env_step']:.2f}"
+                f"{r['overhead_over_physics']:+.1%} over mjx.step ({r['visit']}; every pair "
+                f"{r['overhead_every_pair']:+.1%}); {r['tactile_us_per_env_step']:.2f}"
                 f" us per env-step vs the C engine's {r['c_tactile_us_per_env_step']:.2f} us "
                 f"(x{r['ratio_c_over_difftaxel']:.2f})"
             )

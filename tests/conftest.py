@@ -57,6 +57,7 @@ def run_with_cpu_devices(script: str, n: int):
 #: same code (another parametrization, a cheaper scene, or a finite-difference check of the same
 #: kernel), and costs 5-22 s, mostly compilation.
 SLOW_VARIANTS = {
+    "test_mjx_tactile.py::test_the_contact_list_pass_reads_what_every_pair_reads[every-slot]",
     "test_skinning.py::test_jit_vmap_and_gradients",
     "test_skin.py::test_pressure_only_skin_recovered_from_3mm_off[shape0]",
     "test_sensors_contact.py::test_gradients_match_finite_differences",

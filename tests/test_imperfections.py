@@ -510,7 +510,7 @@ def crosstalk_scene():
 
 
 def _read(sensor, inp):
-    return sensor.step(sensor.init_state(), inp)[1]
+    return jax.jit(lambda s, i: s.step(s.init_state(), i)[1])(sensor, inp)
 
 
 def test_genesis_test9_crosstalk(crosstalk_scene):

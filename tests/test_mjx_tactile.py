@@ -235,8 +235,13 @@ def test_models_difftaxel_cannot_compute_are_refused_in_one_line():
     tac = mjcf_tactile(m)
     assert tac is not None  # a mesh without an octree: skipped, as MuJoCo does
     assert tac.replace(mode="corrected", smoothing=1e-4).smoothing == 1e-4
-    with pytest.raises(ValueError, match=r"only mode and smoothing change"):
+    with pytest.raises(ValueError, match=r"only mode, smoothing and visit change"):
         tac.replace(vertices=tac.vertices)
+    assert tac.replace(visit="contacts").visit == "contacts"
+    with pytest.raises(ValueError, match=r"visit: expected one of"):
+        tac.replace(visit="broadphase")
+    with pytest.raises(ValueError, match=r"visit: expected one of"):
+        mjcf_tactile(m, visit="all")
     with pytest.raises(ValueError, match=r"smoothing: expected a finite length"):
         tac.replace(smoothing=np.nan)
     with pytest.raises(ValueError, match=r"mode: expected"):
@@ -376,3 +381,95 @@ def test_a_convex_mesh_with_an_octree_is_refused_or_read_through_its_hull():
     np.testing.assert_allclose(got[:, n:], want[:, n:], rtol=1e-9, atol=1e-12)
     diff = np.abs(got[:, :n] - want[:, :n])[touched]
     assert np.median(diff) < 1e-8 and diff.max() < 1e-3
+
+
+TWO_SKINS = """
+<mujoco>
+  <option timestep="0.002" gravity="0 0 0"/>
+  {custom}
+  <asset>
+    <mesh name="plate" builtin="plate" params="4 4" scale="0.02 0.02 0.005"/>
+    <mesh name="plate3" builtin="plate" params="3 3" scale="0.02 0.02 0.005"/>
+  </asset>
+  <worldbody>
+    <geom name="floor" type="plane" size="1 1 0.1" pos="0 0 0.0062"/>
+    <body name="pad" quat="0.9659 0 0 0.2588"><freejoint/>
+      <geom name="ball" type="sphere" size="0.02" pos="0 0 -0.0145"/>
+      <geom name="slab" type="box" size="0.012 0.012 0.004" pos="0.004 0 0.0015"/>
+      <geom name="skin" type="mesh" mesh="plate" pos="0.001 -0.002 0.0106" contype="0"
+        conaffinity="0" mass="0"/>
+      <geom name="skin2" type="mesh" mesh="plate3" pos="0.003 0.001 0.0104" contype="0"
+        conaffinity="0" mass="0"/>
+    </body>
+    <body name="o0" pos="0 0 0.02"><freejoint/><geom type="box" size="0.008 0.006 0.005"/></body>
+    <body name="o1" pos="0 0 0.02"><freejoint/><geom type="capsule" size="0.006 0.01"/></body>
+  </worldbody>
+  <sensor><tactile geom="skin" mesh="plate"/><tactile geom="skin2" mesh="plate3"/></sensor>
+</mujoco>"""
+
+
+@pytest.mark.parametrize("culled", [True, False], ids=["max_contact_points", "every-slot"])
+def test_the_contact_list_pass_reads_what_every_pair_reads(culled):
+    """``visit="contacts"`` evaluates only the contact list's entries; ``"pairs"`` every pair
+    that could touch. Two sensors (16 and 9 taxels) on one body, a geom touching two of its colliders and a
+    box-box contact of four points (a geom listed several times for one sensor, read once), a
+    floor; MJX culling the list to 4 contacts (geoms known only at run time) or not. Exact and
+    smooth readings and their derivatives (with respect to every pose, velocity and contact
+    distance they read) are equal; unculled, both are the C engine's."""
+    custom = '<custom><numeric name="max_contact_points" data="4"/></custom>' if culled else ""
+    m = mujoco.MjModel.from_xml_string(TWO_SKINS.format(custom=custom))
+    mx = mjx.put_model(m)
+    d0 = mjx.make_data(mx)
+    tacs = [
+        mjcf_tactile(m, smoothing=w, visit=v) for w in (0.0, 2e-4) for v in ("pairs", "contacts")
+    ]
+    assert tacs[1].weld_sensors.shape[1] == 2  # two sensors share the pad
+    assert tacs[1].out_start == -1  # 16 and 9 taxels: written one by one, not as one block
+    assert mjcf_tactile(mujoco.MjModel.from_xml_string(model_xml())).out_start == 0
+    leaves = ("geom_xpos", "geom_xmat", "cvel", "subtree_com")
+
+    def readings(d, tac):
+        return tactile_sensordata(tac, d).sensordata
+
+    def grads(d, tac):
+        def loss(z, dist):
+            dd = d.replace(**dict(zip(leaves, z))).tree_replace({"_impl.contact.dist": dist})
+            r = tactile_readings(tac, dd)
+            return jnp.sum(r * jnp.linspace(1.0, 2.0, r.size).reshape(r.shape))
+
+        return jax.grad(loss, (0, 1))(tuple(getattr(d, k) for k in leaves), d._impl.contact.dist)
+
+    @jax.jit
+    @jax.vmap
+    def run(q, v):
+        d = mjx.forward(mx, d0.replace(qpos=q, qvel=v))
+        return [readings(d, t) for t in tacs], [grads(d, t) for t in tacs[2:]]
+
+    states = random_states(m, 16, seed=11, spread=0.01)
+    (exact_p, exact_c, smooth_p, smooth_c), (g_p, g_c) = run(
+        *(jnp.asarray(np.stack(z)) for z in zip(*states))
+    )
+    assert np.count_nonzero(exact_p) > 50 and np.count_nonzero(smooth_p) > 50
+    np.testing.assert_allclose(exact_c, exact_p, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(smooth_c, smooth_p, rtol=1e-12, atol=1e-15)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-9), g_p, g_c)
+    assert np.count_nonzero(np.asarray(g_p[0][0])) > 0
+    if not culled:  # the 4 deepest contacts are deep enough to saturate their gates
+        assert np.count_nonzero(np.asarray(g_p[1])) > 0
+    if not culled:
+        np.testing.assert_allclose(exact_p, c_readings(m, states), rtol=1e-9, atol=1e-12)
+
+
+def test_the_smooth_depth_ignores_geoms_that_are_not_in_contact():
+    """The smooth depth weighs each geom by its gate: a far geom that could touch (a pair
+    with no contact) does not dilute it."""
+    far = '<body name="far" pos="0.5 0 0.02"><freejoint/><geom type="sphere" size="0.01"/></body>'
+    base = model_xml(("sphere",))
+    m1 = mujoco.MjModel.from_xml_string(base)
+    m2 = mujoco.MjModel.from_xml_string(base.replace("</worldbody>", far + "</worldbody>"))
+    states = random_states(m1, 8, seed=4)
+    states2 = [(np.r_[q, 0.5, 0, 0.02, 1, 0, 0, 0], np.r_[v, np.zeros(6)]) for q, v in states]
+    a = mjx_readings(m1, states, smoothing=1e-4)
+    b = mjx_readings(m2, states2, smoothing=1e-4)
+    assert np.count_nonzero(a) > 10
+    np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-15)

@@ -44,8 +44,15 @@ stored frames are already right (``wedge``) it changes nothing but their handedn
 
 ``smoothing`` (m, > 0) replaces the hard parts by smooth ones whose limit is the exact reading:
 the contact gate by ``sigmoid((margin - dist) / smoothing)``, ``max(0, -sd)`` by a softplus, the
-largest depth over the geoms by a softmax-weighted mean, and the tangential gate ``sd < 0`` by
-``sigmoid(-sd / smoothing)``, so gradients exist before contact.
+largest depth over the geoms by a softmax-weighted mean (each geom weighted by its gate, with
+"no geom" at depth 0 among them, so a geom out of contact does not dilute it), and the
+tangential gate ``sd < 0`` by ``sigmoid(-sd / smoothing)``, so gradients exist before contact.
+
+**Cost.** A reading evaluates either every (sensor, geom) pair MJX could ever collide (the
+Shadow Hand with a plate on each of its 21 links: 338 pairs at 49 taxels each), or only the
+entries of MJX's contact list (30 there: 15 contacts, two sides), as MuJoCo's C engine reads
+only the geoms in contact; ``visit`` picks one, by default the fewer evaluations. Both give the
+same readings and derivatives (:mod:`difftaxel.mjx.tactile_visit`).
 """
 
 from __future__ import annotations
@@ -59,9 +66,16 @@ import mujoco
 import numpy as np
 from mujoco import mjx as _mjx
 
-from .._numerics import smooth_relu
 from .._pytree import pytree_dataclass, static_field
-from .mujoco_sdf import SDF_TYPES, mujoco_distance
+from .mujoco_sdf import SDF_TYPES
+from .tactile_visit import (
+    VISITS,
+    choose_visit,
+    combine,
+    contacts_pass,
+    pairs_pass,
+    taxel_frames,
+)
 
 Array = jax.Array
 
@@ -108,8 +122,16 @@ class MjcfTactile:
       out_index: ``[D]`` int: where each tactile value goes in ``sensordata``; ``out_source``
         ``[D]``: which entry of the padded ``[S, 3, N]`` readings it is.
       cutoff: ``[D]`` (``inf`` where a sensor has none).
+      weld_sensors: ``[nbody, B]`` int: the sensors on each weld body (padded with ``S``).
+      geom_type, geom_size, geom_sensed: ``[ngeom]`` MuJoCo's types, half-sizes ``[ngeom, 3]``
+        (m), and whether a tactile sensor reads the geom (False for a mesh MuJoCo skips).
+      geom_hull: ``[ngeom]`` int: a sensed mesh's row in ``hull_normals [H, F, 3]`` and
+        ``hull_offsets [H, F]`` (its convex hull's face planes, geom frame; 0 otherwise).
 
-    Static: ``types`` (geom types of ``pairs``), ``mode``, ``smoothing``.
+    Static: ``types`` (geom types of ``pairs``), ``mode``, ``smoothing``, ``visit`` (what a
+    reading evaluates: :mod:`difftaxel.mjx.tactile_visit`), ``out_start``: where the tactile
+    values start in ``sensordata`` when they are one block in the readings' own order (every
+    sensor with as many taxels, one after the other), else -1.
     """
 
     vertices: Array
@@ -126,27 +148,44 @@ class MjcfTactile:
     out_index: Array
     out_source: Array
     cutoff: Array
+    weld_sensors: Array
+    geom_type: Array
+    geom_size: Array
+    geom_sensed: Array
+    geom_hull: Array
+    hull_normals: Array
+    hull_offsets: Array
     types: tuple = static_field(())
     mode: str = static_field("mujoco")
     smoothing: float = static_field(0.0)
+    visit: str = static_field("auto")
+    out_start: int = static_field(-1)
 
     def replace(self, **changes) -> MjcfTactile:
-        """A copy with ``mode`` and / or ``smoothing`` changed (checked as at construction)."""
-        bad = set(changes) - {"mode", "smoothing"}
+        """A copy with ``mode``, ``smoothing`` and / or ``visit`` changed (checked as at
+        construction)."""
+        bad = set(changes) - {"mode", "smoothing", "visit"}
         if bad:
             raise ValueError(
-                f"MjcfTactile.replace: only mode and smoothing change, got {sorted(bad)}"
+                f"MjcfTactile.replace: only mode, smoothing and visit change, got {sorted(bad)}"
             )
         if "mode" in changes:
             _check_mode(changes["mode"])
         if "smoothing" in changes:
             changes["smoothing"] = _check_smoothing(changes["smoothing"])
+        if "visit" in changes:
+            _check_visit(changes["visit"])
         return dataclasses.replace(self, **changes)
 
 
 def _check_mode(mode):
     if mode not in ("mujoco", "corrected"):
         raise ValueError(f"mode: expected 'mujoco' or 'corrected', got {mode!r}")
+
+
+def _check_visit(visit):
+    if visit not in VISITS:
+        raise ValueError(f"visit: expected one of {VISITS}, got {visit!r}")
 
 
 def _check_smoothing(smoothing) -> float:
@@ -196,7 +235,12 @@ def _candidate_pairs(m) -> list[tuple[int, int]]:
 
 
 def mjcf_tactile(
-    m: mujoco.MjModel, *, mode: str = "mujoco", smoothing: float = 0.0, meshes: str = "refuse"
+    m: mujoco.MjModel,
+    *,
+    mode: str = "mujoco",
+    smoothing: float = 0.0,
+    meshes: str = "refuse",
+    visit: str = "auto",
 ):
     """Read every ``<tactile>`` sensor of ``m`` (a ``mujoco.MjModel``) for MJX.
 
@@ -209,6 +253,9 @@ def mjcf_tactile(
         reads through that octree's trilinear field: ``"refuse"`` (default: an error) or
         ``"hull"``: its convex hull's exact signed distance instead (a documented departure:
         the octree's interpolation error, measured in the tests, is the difference).
+      visit: what a reading evaluates: ``"pairs"`` (every pair MJX could collide, then gated),
+        ``"contacts"`` (the contact list's entries only) or ``"auto"`` (the fewer evaluations);
+        the readings are the same (:mod:`difftaxel.mjx.tactile_visit`).
 
     Returns an :class:`MjcfTactile`, or None when ``m`` has no tactile sensor.
 
@@ -218,6 +265,7 @@ def mjcf_tactile(
     a tactile sensor with a delay, an interval or history samples.
     """
     _check_mode(mode)
+    _check_visit(visit)
     smoothing = _check_smoothing(smoothing)
     if meshes not in ("refuse", "hull"):
         raise ValueError(f"meshes: expected 'refuse' or 'hull', got {meshes!r}")
@@ -320,7 +368,30 @@ def mjcf_tactile(
             )
         )
     pair_groups = tuple(pair_groups)
+    # the contact pass's tables: sensors per weld body, every geom's type, size and hull
+    gtype = np.asarray(m.geom_type)
+    sensed = np.isin(gtype, types)
+    mesh = int(_GT.mjGEOM_MESH)
+    hull_geoms = sorted({o for _, o in by_type.get(mesh, [])})
+    sensed &= (gtype != mesh) | np.isin(np.arange(m.ngeom), hull_geoms)
+    geom_hull = np.zeros(m.ngeom, np.int32)
+    geom_hull[hull_geoms] = np.arange(len(hull_geoms))
+    hull_n, hull_o = (
+        _hull_planes(m, hull_geoms)
+        if hull_geoms
+        else (np.zeros((1, 1, 3)), np.full((1, 1), np.inf))
+    )
+    per_body = np.bincount(sens_weld, minlength=m.nbody)
+    weld_sensors = np.full((m.nbody, max(1, int(per_body.max()))), S, np.int32)
+    for s in range(S):  # host-side, once per model
+        weld_sensors[sens_weld[s], np.sum(sens_weld[:s] == sens_weld[s])] = s
     src = np.asarray(out_source)
+    dst = np.asarray(out_index)
+    block = bool(
+        len(src)
+        and np.all(src == np.arange(len(src)))
+        and np.all(dst == dst[0] + np.arange(len(dst)))
+    )
     keep = src >= 0  # channels past the third (none in MuJoCo 3.17) stay 0
     dt = jnp.result_type(float)
     root = np.asarray(m.body_rootid)
@@ -339,9 +410,18 @@ def mjcf_tactile(
         out_index=jnp.asarray(np.asarray(out_index)[keep], jnp.int32),
         out_source=jnp.asarray(src[keep], jnp.int32),
         cutoff=jnp.asarray(np.asarray(cutoff)[keep], dt),
+        weld_sensors=jnp.asarray(weld_sensors),
+        geom_type=jnp.asarray(gtype, jnp.int32),
+        geom_size=jnp.asarray(sizes, dt),
+        geom_sensed=jnp.asarray(sensed),
+        geom_hull=jnp.asarray(geom_hull),
+        hull_normals=jnp.asarray(hull_n, dt),
+        hull_offsets=jnp.asarray(hull_o, dt),
         types=types,
         mode=mode,
         smoothing=smoothing,
+        visit=visit,
+        out_start=int(dst[0]) if block else -1,
     )
 
 
@@ -367,86 +447,15 @@ def _hull_planes(m, geoms):
 # ----------------------------------------------------------------------------- readings
 
 
-def _contacts(d):
-    impl = getattr(d, "_impl", None)  # MJX 3.17 keeps the contact list there
-    return impl.contact if impl is not None and hasattr(impl, "contact") else d.contact
-
-
-def _point_velocity(d, body, root, x):
-    """Linear velocity (world) of body ``body``'s material point at ``x [..., 3]``."""
-    cvel = d.cvel[body]
-    return cvel[..., 3:] + jnp.cross(cvel[..., :3], x - d.subtree_com[root])
-
-
 def tactile_readings(tac: MjcfTactile, d) -> Array:
     """The tactile values ``[S, 3, N]`` (depth in m, then the two sliding speeds in m/s; padded
     taxels 0) of every sensor in ``tac`` from ``d`` (an ``mjx.Data`` after ``mjx.forward`` or
-    ``mjx.step``: its geom poses, ``cvel``, ``subtree_com`` and contacts)."""
+    ``mjx.step``: its geom poses, ``cvel``, ``subtree_com`` and contacts). ``tac.visit``
+    picks what is evaluated (every candidate pair, or the contact list's entries); the
+    readings are the same."""
     dtype = d.geom_xpos.dtype
-    w = tac.smoothing
-    R_s = d.geom_xmat[tac.sensor_geom]  # [S, 3, 3]
-    x = (
-        jnp.einsum("sij,snj->sni", R_s, tac.vertices.astype(dtype))
-        + d.geom_xpos[tac.sensor_geom][:, None]
-    )  # [S, N, 3] world
-    v_s = _point_velocity(d, tac.sensor_weld[:, None], tac.sensor_root[:, None], x)
-    local_tangents = tac.tangents_mujoco if tac.mode == "mujoco" else tac.tangents_local
-    tang = jnp.einsum("sij,snkj->snki", R_s, local_tangents.astype(dtype))  # [S, N, 2, 3]
-    con = _contacts(d)
-    g1, g2, dist = con.geom1, con.geom2, con.dist
-    margin = con.includemargin  # MuJoCo lists a contact while dist <= margin (gap 0)
-
-    depth_parts, tang_parts, seg = [], [], []
-    for t, pr in zip(tac.types, tac.pairs):  # one batched pass per geom type (a few, static)
-        s, g = pr.sensor, pr.geom
-        ws = tac.sensor_weld[s]
-        hits = ((g1[None] == g[:, None]) & (tac.geom_weld[g2][None] == ws[:, None])) | (
-            (g2[None] == g[:, None]) & (tac.geom_weld[g1][None] == ws[:, None])
-        )  # [P, K]
-        if w > 0:
-            soft = jax.nn.sigmoid((margin - dist) / w)[None]
-            gate = jnp.max(jnp.where(hits, soft, 0.0), -1)
-        else:
-            gate = jnp.any(hits & (dist <= margin)[None], -1).astype(dtype)
-        R_g, p_g = d.geom_xmat[g], d.geom_xpos[g]  # [P, 3, 3], [P, 3]
-        local = jnp.einsum("pji,pnj->pni", R_g, x[s] - p_g[:, None])  # R^T (x - p)
-        if pr.normals is not None:  # a mesh's convex hull: the largest face-plane distance
-            sd = jnp.max(
-                jnp.einsum("pnd,pfd->pnf", local, pr.normals.astype(dtype))
-                - pr.offsets.astype(dtype)[:, None],
-                -1,
-            )
-        else:
-            sd = mujoco_distance(t, local, pr.size.astype(dtype)[:, None])  # [P, N]
-        if w > 0:
-            pen = smooth_relu(-sd, w)
-            touch = jax.nn.sigmoid(-sd / w)
-        else:
-            pen = jnp.maximum(-sd, 0.0)
-            touch = (sd < 0).astype(dtype)
-        # both bodies' velocities at the taxel (MuJoCo 3.17.0; older sources took the sensed
-        # body's at its geom's centre)
-        v_o = _point_velocity(d, tac.geom_body[g][:, None], tac.geom_root[g][:, None], x[s])
-        v_rel = v_s[s] - v_o  # [P, N, 3]
-        speed = jnp.abs(jnp.einsum("pnd,pnkd->pnk", v_rel, tang[s]))  # [P, N, 2]
-        depth_parts.append(gate[:, None] * pen)
-        tang_parts.append((gate[:, None] * touch)[..., None] * speed)
-        seg.append(s)
-    S, N = tac.vertices.shape[:2]
-    if not seg:
-        return jnp.zeros((S, 3, N), dtype)
-    pen = jnp.concatenate(depth_parts)  # [P, N]
-    sp = jnp.concatenate(tang_parts)  # [P, N, 2]
-    seg = jnp.concatenate(seg)
-    if w > 0:  # softmax-weighted mean over the geoms: -> the largest as w -> 0, 0 when all 0
-        z = pen / w
-        zmax = jax.ops.segment_max(z, seg, S)[seg]
-        e = jnp.exp(z - jax.lax.stop_gradient(zmax))
-        depth = jax.ops.segment_sum(e * pen, seg, S) / jax.ops.segment_sum(e, seg, S)
-    else:
-        depth = jnp.maximum(jax.ops.segment_max(pen, seg, S), 0.0)
-    tangential = jax.ops.segment_sum(sp, seg, S) * tac.has_frame[:, None, None]
-    return jnp.concatenate([depth[:, None], jnp.moveaxis(tangential, -1, 1)], 1)
+    items = contacts_pass if choose_visit(tac, d) == "contacts" else pairs_pass
+    return combine(tac, *items(tac, d, taxel_frames(tac, d)), dtype)
 
 
 def tactile_sensordata(tac: MjcfTactile | None, d):
@@ -456,6 +465,11 @@ def tactile_sensordata(tac: MjcfTactile | None, d):
     if tac is None:
         return d
     r = tactile_readings(tac, d).reshape(-1)
+    if tac.out_start >= 0:  # one block: a slice, not a gather and a scatter (why: cheaper)
+        vals = jnp.clip(r, -tac.cutoff, tac.cutoff).astype(d.sensordata.dtype)
+        return d.replace(
+            sensordata=jax.lax.dynamic_update_slice(d.sensordata, vals, (tac.out_start,))
+        )
     vals = jnp.clip(r[tac.out_source], -tac.cutoff, tac.cutoff)
     return d.replace(sensordata=d.sensordata.at[tac.out_index].set(vals.astype(d.sensordata.dtype)))
 
