@@ -170,3 +170,34 @@ def test_the_program_does_not_grow_with_the_tracked_bodies():
     program, step and gradient (a loop per body made compile time grow from 1.3 s to 26 s
     between 1 and 64 far bodies)."""
     assert program_size(*tracking(2)) == program_size(*tracking(12))
+
+
+def test_far_bodies_are_skipped_exactly():
+    """A body slides away through the bound (its points' sphere against the probes' ball grown
+    by the largest radius), across a batch of environments: visiting only the near bodies (a
+    ``while_loop``) gives the scan over every body's sums (float64, 1e-12), in environments
+    where it is skipped and where it is not."""
+    from difftaxel.sensors.pair_bodies import _accumulate, _near
+
+    T, tw, pts = case(far_body=None)
+    planes = (pts[:, 0], pts[:, 1], pts[:, 2])
+    groups = body_groups(SEGS, 8)
+    assert any(len(ids) > 1 for ids, _, _ in groups)  # a group the visit applies to
+    R_l = R_link()
+
+    def run(dx, sparse):
+        T2 = T.at[1, 0].add(dx)
+        R, t = jax.vmap(lambda P: pose_in_frame(LINK, P))(T2[BODY])
+        mot = (tw[BODY, :3] @ R_l, tw[BODY, 3:] @ R_l, (T2[BODY, :3] - LINK[None, :3]) @ R_l)
+        args = (PROBES, RADII, R, t, mot, planes, ON, groups, True, None)
+        ids, C, index = next(g for g in groups if 2 in g[0])  # the group holding body 1
+        ix = np.asarray(ids)
+        cols = tuple(jnp.concatenate([q, jnp.full((1,), 1e6)])[index] for q in planes)
+        near = _near(PROBES, RADII, R[ix], t[ix], cols, index < pts.shape[0])
+        return _accumulate(*args, sparse), near
+
+    shifts = jnp.linspace(0.0, 0.04, 9)
+    (fast, near), (full, _) = (jax.jit(jax.vmap(lambda d, s=s: run(d, s)))(shifts) for s in (1, 0))
+    assert bool(jnp.any(near[:, -1])) and not bool(jnp.all(near[:, -1]))  # near, then skipped
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-18), fast, full)
+    assert float(jnp.max(full[0])) > 0

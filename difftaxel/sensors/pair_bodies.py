@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._numerics import running_count
 from .pair_blocks import FAR, block_shape
 from .pairs import pair_sums_rigid
 
@@ -95,7 +96,44 @@ def pair_sums_bodies(p, radii, R, t, motion, points, on, groups, with_d: bool, g
       ``Pw = sum P w`` and ``Pv = sum P v`` (each point's spin and velocity), three ``[B, N]``
       planes each (``Pv`` None without ``with_d``). Derivatives are those of
       :func:`~difftaxel.sensors.pairs.pair_sums_rigid` (its dense pass).
+
+    A group of several bodies visits only the bodies whose points can reach a probe: each
+    body's bounding sphere (body frame, its own points) against the ball holding the probes,
+    grown by the largest radius; a body beyond it adds nothing to any sum, so skipping it is
+    exact. The visit is a ``while_loop`` over the near bodies (as many as the environment with
+    the most needs); derivatives come from the scan over every body (a ``while_loop`` has no
+    reverse mode), whose far bodies contribute exact zeros.
     """
+    return _bodies(
+        tuple(p), radii, R, t, tuple(motion), tuple(points), on, groups, bool(with_d), grid
+    )
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(7, 8, 9))
+def _bodies(p, radii, R, t, motion, points, on, groups, with_d, grid):
+    return _accumulate(p, radii, R, t, motion, points, on, groups, with_d, grid, True)
+
+
+@_bodies.defjvp
+def _bodies_jvp(groups, with_d, grid, primals, tangents):
+    def dense(*a):
+        return _accumulate(*a, groups, with_d, grid, False)
+
+    return jax.jvp(dense, primals, tangents)
+
+
+def _spheres(cols, real):
+    """Bounding spheres of each body's points (three ``[n, K]`` planes, body frames; ``real
+    [n, K]`` marks points, not padding): centres, three ``[n]``, and radii ``[n]`` (m)."""
+    lo = [jnp.min(jnp.where(real, q, jnp.inf), 1) for q in cols]
+    hi = [jnp.max(jnp.where(real, q, -jnp.inf), 1) for q in cols]
+    c = [0.5 * (a + b) for a, b in zip(lo, hi)]
+    d2 = sum(jnp.where(real, q - ci[:, None], 0.0) ** 2 for q, ci in zip(cols, c))
+    return c, jnp.sqrt(jnp.max(d2, 1))
+
+
+def _accumulate(p, radii, R, t, motion, points, on, groups, with_d, grid, sparse):
+    """The sums of :func:`pair_sums_bodies`: with ``sparse`` visiting only near bodies."""
     z = jnp.zeros(radii.shape, radii.dtype)
     acc = (z, (z,) * 3, (z,) * 3 if with_d else None)
     pad = [jnp.concatenate([q, jnp.full((1,), FAR, q.dtype)]) for q in points]
@@ -112,6 +150,33 @@ def pair_sums_bodies(p, radii, R, t, motion, points, on, groups, with_d: bool, g
 
         if len(ids) == 1:  # one body: no loop
             acc = one(acc, jax.tree.map(lambda a: a[0], xs))[0]
-        else:
+        elif not sparse:
             acc = jax.lax.scan(one, acc, xs)[0]
+        else:
+            near = on[ix] & _near(p, radii, R[ix], t[ix], cols, index < len(pad[0]) - 1)
+            cum = running_count(near)
+
+            def visit(j, acc, xs=xs, cum=cum, one=one):
+                # the j-th near body: the first whose running count passes j (no scatter)
+                s = jnp.sum((cum <= j).astype(jnp.int32))
+                return one(acc, jax.tree.map(lambda a, s=s: a[s], xs))[0]
+
+            _, acc = jax.lax.while_loop(
+                lambda c, n=cum[-1]: c[0] < n,
+                lambda c, visit=visit: (c[0] + 1, visit(c[0], c[1])),
+                (jnp.zeros((), jnp.int32), acc),
+            )
     return acc
+
+
+def _near(p, radii, R, t, cols, real):
+    """``[n]`` bool: bodies (rotations ``R [n, 3, 3]``, positions ``t [n, 3]`` in the probes'
+    frame) whose bounding sphere comes within the largest radius of the ball holding the
+    probes ``p``. No derivative: it only decides which bodies to visit."""
+    p, radii, R, t, cols = jax.lax.stop_gradient((p, radii, R, t, cols))
+    cb, rb = _spheres(cols, real)
+    cp = [jnp.mean(q) for q in p]
+    rho = jnp.sqrt(jnp.max(sum((q - c) ** 2 for q, c in zip(p, cp))))
+    w = [sum(R[:, i, j] * cb[j] for j in range(3)) + t[:, i] for i in range(3)]
+    gap = jnp.sqrt(sum((a - c) ** 2 for a, c in zip(w, cp))) - rb - rho - jnp.max(radii)
+    return ~(gap > 0)
