@@ -11,9 +11,9 @@ A tactile sensor reads the geoms in MuJoCo's contact list that touch its weld bo
   items (``K`` contact slots, ``B`` the most sensors on one weld body), each a geom whose type
   is known only at run time: its distance is every sensed type's formula, selected. A geom
   listed twice for one sensor (two contact points, or two geoms of the sensor's body) is read
-  once, as MuJoCo reads it: by the first of its items, with the largest of their gates. ``K`` is MJX's
-  contact capacity, fixed by the model (with ``max_contact_points`` a few per condim), so
-  there is nothing to guess and nothing to overflow.
+  once, as MuJoCo reads it: by the first of its items, with the largest of their gates.
+  ``K`` is MJX's contact capacity, fixed by the model (with ``max_contact_points`` a few per
+  condim), so there is nothing to guess and nothing to overflow.
 
 ``"auto"`` (the default) takes ``"contacts"`` when its items times the sensed types are fewer
 than the pairs: the Shadow Hand's 21 plates (``max_contact_points = 15``) evaluate 30 items
@@ -60,7 +60,8 @@ def _velocity(d, body, root, x):
 
 def taxel_frames(tac, d):
     """Every taxel's world position ``x``, velocity ``v`` (its sensor body's) and tangents
-    ``(t1, t2)``, each a tuple of components ``[S, N]`` (m, m/s, unit)."""
+    ``(t1, t2)``, each a tuple of components ``[S, N]`` (m, m/s, unit). Why components: XLA's
+    CPU backend vectorizes poorly over a trailing axis of 3 under ``vmap``."""
     dtype = d.geom_xpos.dtype
     R = d.geom_xmat[tac.sensor_geom]  # [S, 3, 3]
     p = d.geom_xpos[tac.sensor_geom]
