@@ -94,15 +94,11 @@ _GT = mujoco.mjtGeom
 
 
 class _Pairs(NamedTuple):
-    """The (sensor, geom) pairs of one geom type: ``sensor [P]``, ``geom [P]`` indices,
-    ``size [P, 3]`` (MuJoCo's half-sizes, m); for meshes their hulls' face planes
-    ``normals [P, F, 3]`` and ``offsets [P, F]`` (padded faces: offset ``+inf``)."""
+    """The (sensor, geom) pairs of one geom type: ``sensor [P]``, ``geom [P]`` indices (the
+    geoms' sizes and hulls are in :class:`MjcfTactile`'s per-geom tables)."""
 
     sensor: Array
     geom: Array
-    size: Array
-    normals: Array | None = None
-    offsets: Array | None = None
 
 
 @pytree_dataclass
@@ -117,7 +113,8 @@ class MjcfTactile:
       has_frame: ``[S]`` the mesh stores three vectors per vertex (else no tangential data).
       sensor_geom, sensor_weld, sensor_root: ``[S]`` int: the sensor geom, its weld body, that
         body's root (``cvel`` is about the root's ``subtree_com``).
-      pairs: one :class:`_Pairs` per sensed geom type (static order ``types``).
+      pairs: one :class:`_Pairs` per sensed geom type (static order ``types``), for
+        ``visit="pairs"``.
       geom_body, geom_root, geom_weld: ``[ngeom]`` int tables.
       out_index: ``[D]`` int: where each tactile value goes in ``sensordata``; ``out_source``
         ``[D]``: which entry of the padded ``[S, 3, N]`` readings it is.
@@ -352,23 +349,14 @@ def mjcf_tactile(
                 cutoff.append(c if c > 0 else np.inf)
     types = tuple(sorted(by_type))
     sizes = np.asarray(m.geom_size, float)
-    pair_groups = []
-    for t in types:  # host-side, a few geom types
-        sens, geoms = [s for s, _ in by_type[t]], [o for _, o in by_type[t]]
-        nrm = off = None
-        if t == int(_GT.mjGEOM_MESH):
-            nrm, off = _hull_planes(m, geoms)
-        pair_groups.append(
-            _Pairs(
-                jnp.asarray(sens, jnp.int32),
-                jnp.asarray(geoms, jnp.int32),
-                jnp.asarray(sizes[geoms]),
-                nrm,
-                off,
-            )
+    pair_groups = tuple(
+        _Pairs(
+            jnp.asarray([s for s, _ in by_type[t]], jnp.int32),
+            jnp.asarray([o for _, o in by_type[t]], jnp.int32),
         )
-    pair_groups = tuple(pair_groups)
-    # the contact pass's tables: sensors per weld body, every geom's type, size and hull
+        for t in types  # host-side, a few geom types
+    )
+    # sensors per weld body, every geom's type, size and (a sensed mesh's) hull
     gtype = np.asarray(m.geom_type)
     sensed = np.isin(gtype, types)
     mesh = int(_GT.mjGEOM_MESH)

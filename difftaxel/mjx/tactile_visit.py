@@ -98,11 +98,17 @@ def _local(d, g, x):
     return tuple(sum(dx[c] * R[:, c, i, None] for c in range(3)) for i in range(3))
 
 
-def _hull_distance(local, normals, offsets):
-    """A convex hull's signed distance ``[W, N]``: the largest face-plane distance (face
-    planes ``normals [W, F, 3]``, ``offsets [W, F]``)."""
-    dots = sum(local[i][..., None] * normals[:, None, :, i] for i in range(3))
-    return jnp.max(dots - offsets[:, None], -1)
+def _distance(tac, t, local, g, dtype):
+    """MuJoCo's signed distance ``[W, N]`` of points ``local`` (components ``[W, N]``) in the
+    frames of geoms ``g [W]``, as geoms of type ``t``; a mesh: its convex hull's largest
+    face-plane distance (padded faces never win)."""
+    if t == _MESH:
+        h = tac.geom_hull[g]
+        normals, offsets = tac.hull_normals[h].astype(dtype), tac.hull_offsets[h].astype(dtype)
+        dots = sum(local[i][..., None] * normals[:, None, :, i] for i in range(3))
+        return jnp.max(dots - offsets[:, None], -1)
+    size = tac.geom_size[g].astype(dtype)
+    return mujoco_distance_xyz(t, *local, *(size[:, i, None] for i in range(3)))
 
 
 def _values(tac, d, frames, s, g, gate, sd):
@@ -145,12 +151,7 @@ def pairs_pass(tac, d, frames):
             gate = jnp.max(jnp.where(hits, soft, 0.0), -1)
         else:
             gate = jnp.any(hits & (dist <= margin)[None], -1).astype(dtype)
-        local = _local(d, g, _rows(frames[0], s))
-        if pr.normals is not None:
-            sd = _hull_distance(local, pr.normals.astype(dtype), pr.offsets.astype(dtype))
-        else:
-            size = pr.size.astype(dtype)
-            sd = mujoco_distance_xyz(t, *local, *(size[:, i, None] for i in range(3)))
+        sd = _distance(tac, t, _local(d, g, _rows(frames[0], s)), g, dtype)
         a, b = _values(tac, d, frames, s, g, gate, sd)
         depth.append(a)
         speeds.append(b)
@@ -188,18 +189,9 @@ def contacts_pass(tac, d, frames):
     s = jnp.where(s < S, s, 0)
     local = _local(d, g, _rows(frames[0], s))
     gtype = tac.geom_type[g]
-    size = tac.geom_size[g].astype(dtype)
-    size = [size[:, i, None] for i in range(3)]
     sd = jnp.zeros(local[0].shape, dtype)
     for t in tac.types:  # every sensed type's formula, selected per item (a few, static)
-        if t == _MESH:
-            h = tac.geom_hull[g]
-            sd_t = _hull_distance(
-                local, tac.hull_normals[h].astype(dtype), tac.hull_offsets[h].astype(dtype)
-            )
-        else:
-            sd_t = mujoco_distance_xyz(t, *local, *size)
-        sd = jnp.where((gtype == t)[:, None], sd_t, sd)
+        sd = jnp.where((gtype == t)[:, None], _distance(tac, t, local, g, dtype), sd)
     a, b = _values(tac, d, frames, s, g, gate, sd)
     return a, b, s, gate
 
