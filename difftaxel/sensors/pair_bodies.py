@@ -153,7 +153,8 @@ def _accumulate(p, radii, R, t, motion, points, on, groups, with_d, grid, sparse
         elif not sparse:
             acc = jax.lax.scan(one, acc, xs)[0]
         else:
-            near = on[ix] & _near(p, radii, R[ix], t[ix], cols, index < len(pad[0]) - 1)
+            real = index < points[0].shape[0]  # not the far padding point
+            near = on[ix] & _near(p, radii, R[ix], t[ix], cols, real)
             cum = running_count(near)
 
             def visit(j, acc, xs=xs, cum=cum, one=one):
@@ -178,5 +179,6 @@ def _near(p, radii, R, t, cols, real):
     cp = [jnp.mean(q) for q in p]
     rho = jnp.sqrt(jnp.max(sum((q - c) ** 2 for q, c in zip(p, cp))))
     w = [sum(R[:, i, j] * cb[j] for j in range(3)) + t[:, i] for i in range(3)]
-    gap = jnp.sqrt(sum((a - c) ** 2 for a, c in zip(w, cp))) - rb - rho - jnp.max(radii)
-    return ~(gap > 0)
+    reach = rb + rho + jnp.max(radii)
+    gap = jnp.sqrt(sum((a - c) ** 2 for a, c in zip(w, cp))) - reach
+    return ~(gap > 1e-4 * reach)  # a margin for rounding: a skip must be certain
