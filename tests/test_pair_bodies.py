@@ -43,11 +43,9 @@ def case(far_body=1):
 
 
 def one_pass(T, tw, pts, on, with_d):
-    R, t = jax.vmap(lambda P: pose_in_frame(LINK, P))(T[BODY])
-    R_l = R_link()
-    mot = (tw[BODY, :3] @ R_l, tw[BODY, 3:] @ R_l, (T[BODY, :3] - LINK[None, :3]) @ R_l)
     planes = (pts[:, 0], pts[:, 1], pts[:, 2])
-    return pair_sums_bodies(PROBES, RADII, R, t, mot, planes, on, body_groups(SEGS, 8), with_d)
+    groups = body_groups(SEGS, 8)
+    return pair_sums_bodies(PROBES, RADII, LINK, T[BODY], tw[BODY], planes, on, groups, with_d)
 
 
 def R_link():
@@ -183,17 +181,14 @@ def test_far_bodies_are_skipped_exactly():
     planes = (pts[:, 0], pts[:, 1], pts[:, 2])
     groups = body_groups(SEGS, 8)
     assert any(len(ids) > 1 for ids, _, _ in groups)  # a group the visit applies to
-    R_l = R_link()
 
     def run(dx, sparse):
         T2 = T.at[1, 0].add(dx)
-        R, t = jax.vmap(lambda P: pose_in_frame(LINK, P))(T2[BODY])
-        mot = (tw[BODY, :3] @ R_l, tw[BODY, 3:] @ R_l, (T2[BODY, :3] - LINK[None, :3]) @ R_l)
-        args = (PROBES, RADII, R, t, mot, planes, ON, groups, True, None)
+        args = (PROBES, RADII, LINK, T2[BODY], tw[BODY], planes, ON, groups, True, None)
         ids, C, index = next(g for g in groups if 2 in g[0])  # the group holding body 1
         ix = np.asarray(ids)
         cols = tuple(jnp.concatenate([q, jnp.full((1,), 1e6)])[index] for q in planes)
-        near = _near(PROBES, RADII, R[ix], t[ix], cols, index < pts.shape[0])
+        near = _near(PROBES, RADII, LINK, T2[BODY][ix], cols, index < pts.shape[0])
         return _accumulate(*args, sparse), near
 
     shifts = jnp.linspace(0.0, 0.04, 9)

@@ -23,9 +23,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import pose as _pose
+from .._numerics import eps as _eps
 from .._numerics import running_count
 from .pair_blocks import FAR, block_shape
 from .pairs import pair_sums_rigid
+from .tracked import pose_in_frame
 
 Array = jax.Array
 
@@ -74,16 +77,25 @@ def fold_motion(acc, S, D, p, mot):
     return S0 + S, Pw, Pv
 
 
-def pair_sums_bodies(p, radii, R, t, motion, points, on, groups, with_d: bool, grid=None):
+def body_frames(T, P, tw):
+    """One body seen from the probes' frame at world pose ``T [7]``: ``(R [3, 3], t [3],
+    (v, w, x))``, its rotation and position (``R x + t`` maps its points there), and its
+    linear velocity at its origin (m/s), angular velocity (rad/s) and origin (m), three
+    ``[3]``, from its world pose ``P [7]`` and twist ``tw [6]`` (quaternions x, y, z, w)."""
+    R, t = pose_in_frame(T, P)
+    R_l = _pose.quat_to_matrix(T[3:])
+    return R, t, (tw[:3] @ R_l, tw[3:] @ R_l, (P[:3] - T[:3]) @ R_l)
+
+
+def pair_sums_bodies(p, radii, T, poses, twists, points, on, groups, with_d: bool, grid=None):
     """Sums over the tracked points of ``G`` rigid bodies (segments) against the probes.
 
     Args:
       p: probe positions, three ``[N]`` planes (m, the probes' frame, e.g. the sensor link's).
       radii: ``[B, N]`` sensing radii (m), one row per radius branch.
-      R, t: ``[G, 3, 3]`` and ``[G, 3]``: each segment's body rotation and position in the
-        probes' frame (``R x + t`` maps its body-frame points there).
-      motion: ``(v [G, 3], w [G, 3], x [G, 3])``: each segment's body linear velocity at its
-        origin (m/s), angular velocity (rad/s) and origin (m), in the probes' frame.
+      T: ``[7]`` world pose of the probes' frame (position m, quaternion x, y, z, w).
+      poses, twists: ``[G, 7]`` and ``[G, 6]``: each segment's body world pose and twist
+        (velocity of its origin, m/s, then angular velocity, rad/s; world frame).
       points: three ``[M]`` planes (m, body frames), grouped by segment.
       on: ``[G]`` bool, segments that count.
       groups: :func:`body_groups` of the segments (static).
@@ -94,24 +106,23 @@ def pair_sums_bodies(p, radii, R, t, motion, points, on, groups, with_d: bool, g
     Returns:
       ``(S, Pw, Pv)``: ``S = sum P`` ``[B, N]`` over points ``0 < d <= R`` with ``P = R - d``;
       ``Pw = sum P w`` and ``Pv = sum P v`` (each point's spin and velocity), three ``[B, N]``
-      planes each (``Pv`` None without ``with_d``). Derivatives are those of
-      :func:`~difftaxel.sensors.pairs.pair_sums_rigid` (its dense pass).
+      planes each (``Pv`` None without ``with_d``), in the probes' frame. Derivatives are
+      those of :func:`~difftaxel.sensors.pairs.pair_sums_rigid` (its dense pass).
 
     A group of several bodies visits only the bodies whose points can reach a probe: each
     body's bounding sphere (body frame, its own points) against the ball holding the probes,
     grown by the largest radius; a body beyond it adds nothing to any sum, so skipping it is
     exact. The visit is a ``while_loop`` over the near bodies (as many as the environment with
-    the most needs); derivatives come from the scan over every body (a ``while_loop`` has no
-    reverse mode), whose far bodies contribute exact zeros.
+    the most needs), each body's frame (:func:`body_frames`) computed only when visited: a far
+    body costs one rotated point. Derivatives come from the scan over every body (a
+    ``while_loop`` has no reverse mode), whose far bodies contribute exact zeros.
     """
-    return _bodies(
-        tuple(p), radii, R, t, tuple(motion), tuple(points), on, groups, bool(with_d), grid
-    )
+    return _bodies(tuple(p), radii, T, poses, twists, tuple(points), on, groups, bool(with_d), grid)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(7, 8, 9))
-def _bodies(p, radii, R, t, motion, points, on, groups, with_d, grid):
-    return _accumulate(p, radii, R, t, motion, points, on, groups, with_d, grid, True)
+def _bodies(p, radii, T, poses, twists, points, on, groups, with_d, grid):
+    return _accumulate(p, radii, T, poses, twists, points, on, groups, with_d, grid, True)
 
 
 @_bodies.defjvp
@@ -132,7 +143,7 @@ def _spheres(cols, real):
     return c, jnp.sqrt(jnp.max(d2, 1))
 
 
-def _accumulate(p, radii, R, t, motion, points, on, groups, with_d, grid, sparse):
+def _accumulate(p, radii, T, poses, twists, points, on, groups, with_d, grid, sparse):
     """The sums of :func:`pair_sums_bodies`: with ``sparse`` visiting only near bodies."""
     z = jnp.zeros(radii.shape, radii.dtype)
     acc = (z, (z,) * 3, (z,) * 3 if with_d else None)
@@ -141,10 +152,11 @@ def _accumulate(p, radii, R, t, motion, points, on, groups, with_d, grid, sparse
     for ids, C, index in groups:  # a few block counts, static
         ix = np.asarray(ids)
         cols = tuple(q[index] for q in pad)  # three [n, nb C], body frames
-        xs = (R[ix], t[ix], tuple(m[ix] for m in motion), cols, on[ix])
+        xs = (poses[ix], twists[ix], cols, on[ix])
 
         def one(acc, x, C=C):
-            R_g, t_g, mot, pb, on_g = x
+            P, tw, pb, on_g = x
+            R_g, t_g, mot = body_frames(T, P, tw)
             S, D, _ = pair_sums_rigid(p, radii, R_g, t_g, pb, on_g, C, with_d, grid)
             return fold_motion(acc, S, D, p, mot), None
 
@@ -154,7 +166,7 @@ def _accumulate(p, radii, R, t, motion, points, on, groups, with_d, grid, sparse
             acc = jax.lax.scan(one, acc, xs)[0]
         else:
             real = index < points[0].shape[0]  # not the far padding point
-            near = on[ix] & _near(p, radii, R[ix], t[ix], cols, real)
+            near = on[ix] & _near(p, radii, T, poses[ix], cols, real)
             cum = running_count(near)
 
             def visit(j, acc, xs=xs, cum=cum, one=one):
@@ -170,15 +182,29 @@ def _accumulate(p, radii, R, t, motion, points, on, groups, with_d, grid, sparse
     return acc
 
 
-def _near(p, radii, R, t, cols, real):
-    """``[n]`` bool: bodies (rotations ``R [n, 3, 3]``, positions ``t [n, 3]`` in the probes'
-    frame) whose bounding sphere comes within the largest radius of the ball holding the
-    probes ``p``. No derivative: it only decides which bodies to visit."""
-    p, radii, R, t, cols = jax.lax.stop_gradient((p, radii, R, t, cols))
+def _near(p, radii, T, poses, cols, real):
+    """``[n]`` bool: bodies (world poses ``poses [n, 7]``) whose bounding sphere comes within
+    the largest radius of the ball holding the probes ``p`` (the frame at world pose ``T``).
+    In world coordinates, one rotated point per body (coordinate planes ``[n]``: a far body
+    costs a few dozen flops). No derivative: it only decides which bodies to visit."""
+    p, radii, T, poses, cols = jax.lax.stop_gradient((p, radii, T, poses, cols))
     cb, rb = _spheres(cols, real)
-    cp = [jnp.mean(q) for q in p]
+    cp = jnp.stack([jnp.mean(q) for q in p])
     rho = jnp.sqrt(jnp.max(sum((q - c) ** 2 for q, c in zip(p, cp))))
-    w = [sum(R[:, i, j] * cb[j] for j in range(3)) + t[:, i] for i in range(3)]
+    cw = _pose.apply(T, cp)  # [3] the probes' ball centre, world
+    qx, qy, qz, qw = (poses[:, 3 + i] for i in range(4))
+    # the sphere centres rotated by each body's quaternion: c + 2 w (q x c) + 2 q x (q x c)
+    ux = 2 * (qy * cb[2] - qz * cb[1])
+    uy = 2 * (qz * cb[0] - qx * cb[2])
+    uz = 2 * (qx * cb[1] - qy * cb[0])
+    w = (
+        cb[0] + qw * ux + qy * uz - qz * uy + poses[:, 0] - cw[0],
+        cb[1] + qw * uy + qz * ux - qx * uz + poses[:, 1] - cw[1],
+        cb[2] + qw * uz + qx * uy - qy * ux + poses[:, 2] - cw[2],
+    )
     reach = rb + rho + jnp.max(radii)
-    gap = jnp.sqrt(sum((a - c) ** 2 for a, c in zip(w, cp))) - reach
-    return ~(gap > 1e-4 * reach)  # a margin for rounding: a skip must be certain
+    gap = jnp.sqrt(sum(a * a for a in w)) - reach
+    # a margin for rounding (the spheres, and world coordinates far from the origin): a skip
+    # must be certain
+    scale = jnp.max(jnp.abs(poses[:, :3]), 1) + jnp.max(jnp.abs(T[:3]))
+    return ~(gap > 1e-4 * reach + 64 * _eps(reach.dtype) * scale)

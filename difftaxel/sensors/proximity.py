@@ -267,10 +267,10 @@ class ProximityTaxel(PointCloudSensor):
         """The tracked points as groups ``(kind, body, data, mask)`` in the sensor link frame,
         and the overflow flag.
 
-        * ``"rigid"`` (exhaustive: one group for every segment; body None): ``data = (R [G, 3,
-          3], t [G, 3], (v, w, x) [G, 3] each, points)``, each segment's body rotation,
-          position, twist and origin in the link frame, and the points (three planes, body
-          frames, each segment in a spatial order); ``mask [G]`` the segments' bodies' flags.
+        * ``"rigid"`` (exhaustive: one group for every segment; body None): ``data = (poses
+          [G, 7], twists [G, 6], points)``, each segment's body world pose and twist, and the
+          points (three planes, body frames, each segment in a spatial order); ``mask [G]``
+          the segments' bodies' flags.
         * ``"points"`` (``max_candidates``, one body): ``data`` = the selected candidates'
           link-frame positions (three planes); ``mask [K]``.
         * ``"mixed"`` (``max_candidates``, several bodies; body None): ``data = (positions,
@@ -319,13 +319,12 @@ class ProximityTaxel(PointCloudSensor):
         if self.point_order is not None:  # each body's points in a spatial order
             pts = pts[np.asarray(self.point_order)]
         bs = np.array([b for b, _ in segs])
-        # each segment's body: its pose (the sums run among link-frame probes), twist and
-        # origin in the link frame (rows: v @ R is R^T v)
-        P_b = bodies.poses[bs].astype(dtype)
-        R_lb, t_lb = jax.vmap(lambda P: pose_in_frame(T, P))(P_b)
-        tw = bodies.twists[bs].astype(dtype)
-        mot = (tw[:, :3] @ R_l, tw[:, 3:] @ R_l, (P_b[:, :3] - T[None, :3]) @ R_l)
-        data = (R_lb, t_lb, mot, (pts[:, 0], pts[:, 1], pts[:, 2]))
+        # each segment's body pose and twist (world); the sums move them into the link frame
+        data = (
+            bodies.poses[bs].astype(dtype),
+            bodies.twists[bs].astype(dtype),
+            (pts[:, 0], pts[:, 1], pts[:, 2]),
+        )
         return [("rigid", None, data, body_mask[bs])], jnp.zeros((), bool)
 
     def _accumulate(self, inputs: SensorInputs, radii: Array):
@@ -359,10 +358,10 @@ class ProximityTaxel(PointCloudSensor):
         shear = self.stage_on("shear")
         for kind, b, data, m in groups:  # each branch: sum P, sum P w, sum P v (or None)
             if kind == "rigid":  # every segment's points, each moved by its own body
-                R_lb, t_lb, mot, pts = data
+                P_b, tw_b, pts = data
                 grouping = body_groups(self.track_points.segments, chunk)
                 Sb, Fw, Fv = pair_sums_bodies(
-                    pl, radii, R_lb, t_lb, mot, pts, m, grouping, shear, self.pair_window
+                    pl, radii, T, P_b, tw_b, pts, m, grouping, shear, self.pair_window
                 )
             elif kind == "mixed":  # candidates of several bodies: per-point velocity and spin
                 x, v, w = data
