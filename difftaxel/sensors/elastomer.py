@@ -384,15 +384,17 @@ class ElastomerTaxel(PointCloudSensor):
         t_u, t_v, nb, s_u, s_v = self.grid_frame(dtype)
         Ku, Kv, Kn = self._fft_kernels(dtype, s_u, s_v)
         if ny * nx <= DENSE_GRID_MAX:
-            # the FFT's circular convolution as one [2N, 3N] operator: a small grid's product
-            # (one GEMM over all environments, output already [N, 3]) beats five FFTs
-            idx = jnp.asarray(_circulant_index(ny, nx, Ly, Lx))  # [N, N] flat plane index
-            Mu, Mv, Mn = (K.reshape(-1)[idx] for K in (Ku, Kv, Kn))  # [N target, N source]
-            A = Mu[..., None] * t_u[None, None] + Mv[..., None] * t_v[None, None]  # [N, N, 3]
-            B = Mn[..., None] * nb[None, None]
-            W = jnp.concatenate([A, B], axis=1).transpose(1, 0, 2).reshape(2 * ny * nx, -1)
-            Hp = safe_pow(H, self.normal_exponent)
-            u = (jnp.concatenate([H, Hp]) @ W).reshape(-1, 3)
+            # the FFT's circular convolution as two products with [N source, N target]
+            # circulants (one GEMM each over all environments): a small grid's products beat
+            # five FFTs, and the tangential kernels in one [N, 2N] operator
+            N, L = ny * nx, Ly * Lx
+            it = _circulant_index(ny, nx, Ly, Lx).T  # [N source, N target] flat plane index
+            Muv = jnp.concatenate([Ku.reshape(-1), Kv.reshape(-1)])[
+                jnp.asarray(np.concatenate([it, it + L], 1))
+            ]  # [N, 2N]
+            Duv = H @ Muv
+            Dn = safe_pow(H, self.normal_exponent) @ Kn.reshape(-1)[jnp.asarray(it)]
+            u = Duv[:N, None] * t_u[None] + Duv[N:, None] * t_v[None] + Dn[:, None] * nb[None]
             u = self.dilate_scale * u
             return jnp.where(self._active(dtype)[:, None], u, 0.0)
         Hg = H.reshape(ny, nx)

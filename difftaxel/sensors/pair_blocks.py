@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from .._numerics import eps as _eps
+from .._numerics import running_count
 from ..geometry.planes import affine_planes
 
 Array = jax.Array
@@ -113,7 +114,7 @@ def block_order(p, radii, R, t, cols, on):
     them."""
     meets = blocks_near(p, radii, R, t, cols, on)
     nb = cols[0].shape[0]
-    cum = jnp.cumsum(meets.astype(jnp.int32))
+    cum = running_count(meets)
     slots = jnp.where(meets, cum - 1, nb)
     order = jnp.zeros((nb + 1,), jnp.int32).at[slots].set(jnp.arange(nb, dtype=jnp.int32))
     return order, cum[-1]

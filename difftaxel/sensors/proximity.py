@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
-from .._numerics import channels_last, cross, dot, safe_norm, stack_rows
+from .._numerics import channels_last, cross, dot, running_count, safe_norm, stack_rows
 from .._numerics import eps as _eps
 from .._pytree import derived_field, pytree_dataclass, replace, static_field
 from ..crosstalk import grid_axes, grid_metadata
@@ -248,7 +248,7 @@ class ProximityTaxel(PointCloudSensor):
         inside = msk
         for i in range(3):
             inside = inside & (local[i] >= lo[i]) & (local[i] <= hi[i])
-        cum = jnp.cumsum(inside.astype(jnp.int32))
+        cum = running_count(inside)
         count = cum[-1]
         # index of the k-th inside point (k = 1..K): first position where the count reaches k
         idx = jnp.searchsorted(

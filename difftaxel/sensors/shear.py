@@ -25,6 +25,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from .._numerics import running_count
+
 Array = jax.Array
 
 #: points per loop iteration (unrolled): one fused loop over the probes per block
@@ -93,7 +95,7 @@ def shear_sums_sparse(x, n, y, delta, w, lam, eps):
     dtype = y.dtype
     xp, npl = _planes(x, n)
     M = y.shape[0]
-    cum = jnp.cumsum((w != 0).astype(jnp.int32))  # [M] weighted points up to each index
+    cum = running_count(w != 0)  # [M] weighted points up to each index
     count = cum[-1] if M else jnp.zeros((), jnp.int32)
     cols = [jnp.concatenate([c, jnp.zeros((1,), dtype)]) for c in _columns(y, delta, w)]
     z = jnp.zeros(xp[0].shape, dtype)
