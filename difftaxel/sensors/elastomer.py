@@ -21,6 +21,7 @@ from .._pytree import pytree_dataclass, replace, static_field
 from ..crosstalk import grid_axes
 from ..geometry import Planes
 from ..geometry.bodies import in_shape_order, shape_kinds, shape_rows
+from ..geometry.shapes import sdf_local_xyz
 from ..imperfections import ChainState
 from .base import (
     Reading,
@@ -422,23 +423,27 @@ class ElastomerTaxel(PointCloudSensor):
 
     # ------------------------------------------------------------------ shear
 
-    def _surface_sd(self, y: Array) -> Array:
-        """Signed distance ``[M]`` of link-frame points to the elastomer surface, ``1e6`` outside
-        every shape's (closed) box, as Genesis's AABB skip. Shapes of one kind are one batched
-        evaluation (the program does not grow with the number of shapes)."""
-        sd_min = jnp.full(y.shape[:1], 1e6, y.dtype)
+    def _surface_sd(self, y) -> Array:
+        """Signed distance ``[M]`` of link-frame points (three ``[M]`` coordinate planes) to the
+        elastomer surface, ``1e6`` outside every shape's (closed) box, as Genesis's AABB skip.
+        Shapes of one kind are one batched evaluation (the program does not grow with the
+        number of shapes)."""
+        yx, yy, yz = y
+        dtype = yx.dtype
+        sd_min = jnp.full(yx.shape, 1e6, dtype)
         for _, treedef, leaves, _ in shape_kinds(self.elastomer_shapes):  # a few kinds, static
 
             def one(leaf, treedef=treedef):
                 s = jax.tree.unflatten(treedef, leaf)
-                T = s.T_body_shape.astype(y.dtype)
+                T = s.T_body_shape.astype(dtype)
                 R = _pose.quat_to_matrix(T[3:])
-                p = _pose.matrix_apply(R.T, -(R.T @ T[:3]), y)
+                d = (yx - T[0], yy - T[1], yz - T[2])
+                p = [R[0, i] * d[0] + R[1, i] * d[1] + R[2, i] * d[2] for i in range(3)]
                 lo, hi = s.aabb_local()
-                lo = jnp.asarray(lo, y.dtype)[None]
-                hi = jnp.asarray(hi, y.dtype)[None]
-                inside = jnp.all((p >= lo) & (p <= hi), -1)
-                sd, _ = s.sdf_local(p)
+                lo, hi = jnp.asarray(lo, dtype), jnp.asarray(hi, dtype)
+                inside = (p[0] >= lo[0]) & (p[0] <= hi[0]) & (p[1] >= lo[1]) & (p[1] <= hi[1])
+                inside = inside & (p[2] >= lo[2]) & (p[2] <= hi[2])
+                sd, _ = sdf_local_xyz(s, *p)
                 return jnp.where(inside, sd, 1e6)
 
             sd_min = jnp.minimum(sd_min, jnp.min(jax.vmap(one)(leaves), 0))
@@ -448,11 +453,10 @@ class ElastomerTaxel(PointCloudSensor):
         """New anchors and the shear field ``[N, 3]`` (link frame) from the tracked points."""
         T = inputs.T_world_link
         dtype = T.dtype
-        y, msk = self.track_points.frame_planes(inputs, T, dtype)
-        y = y.stack()  # [M, 3] link frame
+        yp, msk = self.track_points.frame_planes(inputs, T, dtype)
         # y and sd feed six [M, 3] updates; computed once, not once per consumer element
-        y = compute_once(runtime_one(state.anchor_entry), y)
-        sd = jnp.where(msk, self._surface_sd(y), 1e6)
+        y = compute_once(runtime_one(state.anchor_entry), yp.stack())  # [M, 3] link frame
+        sd = jnp.where(msk, self._surface_sd(tuple(yp)), 1e6)
         sd = compute_once(runtime_one(state.anchor_entry[:, 0]), sd)
         D = jnp.maximum(-sd, 0.0)
         release = sd > -self.release_threshold
