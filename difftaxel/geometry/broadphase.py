@@ -57,6 +57,7 @@ __all__ = ["nearest_surface", "kind_lower_bounds", "FAR"]
 
 #: ``sd`` (m) reported where no shape lies within reach
 FAR = 1e6
+_AB = {}
 
 _LIPSCHITZ_ONE = (Sphere, Plane, Box, Capsule, Cylinder, ConvexHull)
 
@@ -190,6 +191,9 @@ def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
         T_b = shape_rows(poses, bodies).astype(dtype)
         lb = kind_lower_bounds(treedef, lv, T_b, frame, c, rho)[:, 0]  # [G]
         near = shape_on[np.asarray(idx)] & (lb <= reach)
+        proto = jax.tree.unflatten(treedef, [a[0] for a in lv])
+        if _AB.get("skiphull") and not isinstance(proto, (Sphere, Plane)):
+            continue
         cum = running_count(near)
         count = cum[-1]
         gidx = jnp.asarray(np.asarray(idx), jnp.int32)
