@@ -221,12 +221,15 @@ def test_vmap_over_environments_equals_a_loop():
     "kind", [k if k not in (6, 7) else pytest.param(k, marks=SLOW) for k in range(11)]
 )
 def test_lower_bounds_hold_over_the_ball(kind):
-    """For every kind: the bound never exceeds the signed distance at points in the ball."""
+    """For every kind, the shape offset from its body: the bound never exceeds the signed
+    distance at points in the ball."""
     rng = np.random.default_rng(kind)
-    shape = SHAPES[kind]
-    ((idx, td, leaves, _),) = shape_kinds((replace(shape, body=0),))
+    q = rng.normal(size=4)
+    offset = np.r_[rng.normal(size=3) * 0.002, q / np.linalg.norm(q)]  # T_body_shape
+    shape = replace(SHAPES[kind], body=0, T_body_shape=jnp.asarray(offset))
+    ((idx, td, leaves, _),) = shape_kinds((shape,))
     T = jnp.asarray([[0.001, -0.002, 0.003, 0.0, np.sin(0.3), 0.0, np.cos(0.3)]])
-    b = Bodies((replace(shape, body=0),), np.asarray(T))
+    b = Bodies((shape,), np.asarray(T))
     for _ in range(6):
         c = rng.normal(size=3) * 0.01
         rho = jnp.asarray(abs(rng.normal()) * 0.004)

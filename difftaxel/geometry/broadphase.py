@@ -57,7 +57,6 @@ __all__ = ["nearest_surface", "kind_lower_bounds", "FAR"]
 
 #: ``sd`` (m) reported where no shape lies within reach
 FAR = 1e6
-_AB = {}
 
 _LIPSCHITZ_ONE = (Sphere, Plane, Box, Capsule, Cylinder, ConvexHull)
 
@@ -115,6 +114,8 @@ def kind_lower_bounds(treedef, leaves, T_b: Array, frame: Array, c, rho: Array) 
         exact = type(proto) in _LIPSCHITZ_ONE
     if not exact:
         return jnp.full((G, rho.shape[0]), -jnp.inf, dtype)
+    if type(proto) in _LIPSCHITZ_ONE:
+        return _primitive_bounds(treedef, leaves, T_b, cw, rho)
 
     def one(leaf, T):
         s = jax.tree.unflatten(treedef, leaf)
@@ -132,14 +133,54 @@ def kind_lower_bounds(treedef, leaves, T_b: Array, frame: Array, c, rho: Array) 
             # the winding sum is at most area / gap^2 in magnitude: "outside" below 2 pi
             outside = gap * gap > area / (2 * jnp.pi) * (1 + 1e-6)
             return jnp.where((gap > 0) & outside, gap, -jnp.inf)
-        if isinstance(s, ConvexHull):
-            n, d = _hull_subset(s, dtype)
-            return jnp.max(matmul3(p, n.T) - d[None], 1) - rho
-        sd, _ = sdf_local_xyz(s, p[:, 0], p[:, 1], p[:, 2])
-        L = _grid_lipschitz(s, dtype) if isinstance(s, GridSDF) else 1.0
-        return sd - L * rho
+        sd, _ = sdf_local_xyz(s, p[:, 0], p[:, 1], p[:, 2])  # a continuous GridSDF
+        return sd - _grid_lipschitz(s, dtype) * rho
 
     return jax.vmap(one)(leaves, T_b)
+
+
+def _rotate_planes(q, v, conjugate: bool = False):
+    """``v`` rotated by the unit quaternions ``q`` (x, y, z, w), or by their conjugates
+    (``R^T v``), both as tuples of coordinate planes (broadcasting)."""
+    qx, qy, qz, qw = q
+    if conjugate:
+        qx, qy, qz = -qx, -qy, -qz
+    vx, vy, vz = v
+    tx = 2 * (qy * vz - qz * vy)
+    ty = 2 * (qz * vx - qx * vz)
+    tz = 2 * (qx * vy - qy * vx)
+    return (
+        vx + qw * tx + qy * tz - qz * ty,
+        vy + qw * ty + qz * tx - qx * tz,
+        vz + qw * tz + qx * ty - qy * tx,
+    )
+
+
+def _primitive_bounds(treedef, leaves, T_b, cw, rho):
+    """:func:`kind_lower_bounds` of 1-Lipschitz primitives and convex hulls, on coordinate
+    planes ``[G, K]``: the balls' centres ``cw [K, 3]`` (world) taken into each shape's frame
+    by its body's and its own pose, with no ``[..., 4]`` or ``[..., 3, 3]`` intermediates.
+    Why: under ``vmap`` each stacked pose product is its own small operation, and a link
+    tests every kind of shape each step."""
+    dtype = rho.dtype
+    col = lambda a: a[:, None]  # noqa: E731  [G] -> [G, 1]
+    s = jax.tree.unflatten(treedef, leaves)  # leaves stacked [G, ...]
+    T_bs = s.T_body_shape.astype(dtype)  # [G, 7]
+    qb = tuple(col(T_b[:, 3 + i]) for i in range(4))
+    d = tuple(cw[None, :, i] - col(T_b[:, i]) for i in range(3))  # [G, K]
+    u = _rotate_planes(qb, d, conjugate=True)  # body frame
+    v = tuple(u[i] - col(T_bs[:, i]) for i in range(3))
+    p = _rotate_planes(tuple(col(T_bs[:, 3 + i]) for i in range(4)), v, conjugate=True)
+    if isinstance(jax.tree.unflatten(treedef, [lv[0] for lv in leaves]), ConvexHull):
+        n, off = jax.vmap(lambda leaf: _hull_subset(jax.tree.unflatten(treedef, leaf), dtype))(
+            leaves
+        )  # [G, D, 3], [G, D]
+        e = sum(p[i][:, :, None] * n[:, None, :, i] for i in range(3)) - off[:, None, :]
+        return jnp.max(e, -1) - rho[None]
+    sd = jax.vmap(
+        lambda leaf, x, y, z: sdf_local_xyz(jax.tree.unflatten(treedef, leaf), x, y, z)[0]
+    )(leaves, *p)
+    return sd - rho[None]
 
 
 def _probe_ball(x, y, z):
@@ -191,9 +232,6 @@ def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
         T_b = shape_rows(poses, bodies).astype(dtype)
         lb = kind_lower_bounds(treedef, lv, T_b, frame, c, rho)[:, 0]  # [G]
         near = shape_on[np.asarray(idx)] & (lb <= reach)
-        proto = jax.tree.unflatten(treedef, [a[0] for a in lv])
-        if _AB.get("skiphull") and not isinstance(proto, (Sphere, Plane)):
-            continue
         cum = running_count(near)
         count = cum[-1]
         gidx = jnp.asarray(np.asarray(idx), jnp.int32)
