@@ -39,6 +39,7 @@ __all__ = [
     "quat_inverse",
     "quat_normalize",
     "quat_rotate",
+    "quat_rotate_planes",
     "quat_to_matrix",
     "matrix_to_quat",
     "quat_from_axis_angle",
@@ -155,6 +156,26 @@ def quat_rotate(q: Array, v: Array) -> Array:
     w = q[..., 3:4]
     uv = cross(u, v)
     return v + 2.0 * (w * uv + cross(u, uv))
+
+
+def quat_rotate_planes(q, v, conjugate: bool = False) -> tuple:
+    """:func:`quat_rotate` on coordinate planes: ``v = (vx, vy, vz)`` rotated by the unit
+    quaternions ``q = (qx, qy, qz, qw)`` (or by their conjugates, ``R^T v``, with
+    ``conjugate``), each a tuple of arrays that broadcast together; returns three arrays.
+    Why: no ``[..., 3]`` or ``[..., 4]`` array is stacked (each stack is an operation of its
+    own under ``vmap``, and a trailing axis of 3 vectorises poorly on the CPU)."""
+    qx, qy, qz, qw = q
+    if conjugate:
+        qx, qy, qz = -qx, -qy, -qz
+    vx, vy, vz = v
+    tx = 2 * (qy * vz - qz * vy)
+    ty = 2 * (qz * vx - qx * vz)
+    tz = 2 * (qx * vy - qy * vx)
+    return (
+        vx + qw * tx + qy * tz - qz * ty,
+        vy + qw * ty + qz * tx - qx * tz,
+        vz + qw * tz + qx * ty - qy * tx,
+    )
 
 
 def quat_to_matrix(q: Array) -> Array:

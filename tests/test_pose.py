@@ -150,3 +150,23 @@ def test_check_pose_errors():
     with pytest.raises(ValueError, match=r"T_test: expected shape \(\.\.\., 7\)"):
         P.check_pose(np.zeros(6), "T_test")
     P.check_pose(np.array([0, 0, 0, 0, 0, 0, 1 + 5e-7]), "T_test")  # within 1e-6
+
+
+def test_quat_rotate_planes_is_quat_rotate_on_planes():
+    """``quat_rotate_planes`` equals ``quat_rotate`` (and, with ``conjugate``, rotation by the
+    conjugate) on broadcasting planes; a quarter turn about z maps x to y by hand."""
+    rng = np.random.default_rng(0)
+    q = rng.normal(size=(5, 1, 4))
+    q = jnp.asarray(q / np.linalg.norm(q, axis=-1, keepdims=True))  # [5, 1, 4]
+    v = jnp.asarray(rng.normal(size=(1, 7, 3)))  # planes [1, 7]: broadcast to [5, 7]
+    qp = tuple(q[..., i] for i in range(4))
+    vp = tuple(v[..., i] for i in range(3))
+    for conj, qq in ((False, q), (True, P.quat_conjugate(q))):
+        got = jnp.stack(P.quat_rotate_planes(qp, vp, conjugate=conj), -1)
+        np.testing.assert_allclose(got, P.quat_rotate(qq, v), rtol=0, atol=1e-14)
+    s = np.sqrt(0.5)
+    x, y, z = P.quat_rotate_planes((0.0, 0.0, s, s), (1.0, 0.0, 0.0))
+    np.testing.assert_allclose([x, y, z], [0.0, 1.0, 0.0], atol=1e-15)
+    f = jax.jit(lambda q, v: P.quat_rotate_planes(q, v))
+    for a, b in zip(f(qp, vp), P.quat_rotate_planes(qp, vp), strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-15)

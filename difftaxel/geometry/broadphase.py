@@ -139,23 +139,6 @@ def kind_lower_bounds(treedef, leaves, T_b: Array, frame: Array, c, rho: Array) 
     return jax.vmap(one)(leaves, T_b)
 
 
-def _rotate_planes(q, v, conjugate: bool = False):
-    """``v`` rotated by the unit quaternions ``q`` (x, y, z, w), or by their conjugates
-    (``R^T v``), both as tuples of coordinate planes (broadcasting)."""
-    qx, qy, qz, qw = q
-    if conjugate:
-        qx, qy, qz = -qx, -qy, -qz
-    vx, vy, vz = v
-    tx = 2 * (qy * vz - qz * vy)
-    ty = 2 * (qz * vx - qx * vz)
-    tz = 2 * (qx * vy - qy * vx)
-    return (
-        vx + qw * tx + qy * tz - qz * ty,
-        vy + qw * ty + qz * tx - qx * tz,
-        vz + qw * tz + qx * ty - qy * tx,
-    )
-
-
 def _primitive_bounds(treedef, leaves, T_b, cw, rho):
     """:func:`kind_lower_bounds` of 1-Lipschitz primitives and convex hulls, on coordinate
     planes ``[G, K]``: the balls' centres ``cw [K, 3]`` (world) taken into each shape's frame
@@ -168,9 +151,9 @@ def _primitive_bounds(treedef, leaves, T_b, cw, rho):
     T_bs = s.T_body_shape.astype(dtype)  # [G, 7]
     qb = tuple(col(T_b[:, 3 + i]) for i in range(4))
     d = tuple(cw[None, :, i] - col(T_b[:, i]) for i in range(3))  # [G, K]
-    u = _rotate_planes(qb, d, conjugate=True)  # body frame
+    u = _pose.quat_rotate_planes(qb, d, conjugate=True)  # body frame
     v = tuple(u[i] - col(T_bs[:, i]) for i in range(3))
-    p = _rotate_planes(tuple(col(T_bs[:, 3 + i]) for i in range(4)), v, conjugate=True)
+    p = _pose.quat_rotate_planes(tuple(col(T_bs[:, 3 + i]) for i in range(4)), v, conjugate=True)
     if isinstance(jax.tree.unflatten(treedef, [lv[0] for lv in leaves]), ConvexHull):
         n, off = jax.vmap(lambda leaf: _hull_subset(jax.tree.unflatten(treedef, leaf), dtype))(
             leaves

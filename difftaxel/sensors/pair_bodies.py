@@ -192,16 +192,8 @@ def _near(p, radii, T, poses, cols, real):
     cp = jnp.stack([jnp.mean(q) for q in p])
     rho = jnp.sqrt(jnp.max(sum((q - c) ** 2 for q, c in zip(p, cp))))
     cw = _pose.apply(T, cp)  # [3] the probes' ball centre, world
-    qx, qy, qz, qw = (poses[:, 3 + i] for i in range(4))
-    # the sphere centres rotated by each body's quaternion: c + 2 w (q x c) + 2 q x (q x c)
-    ux = 2 * (qy * cb[2] - qz * cb[1])
-    uy = 2 * (qz * cb[0] - qx * cb[2])
-    uz = 2 * (qx * cb[1] - qy * cb[0])
-    w = (
-        cb[0] + qw * ux + qy * uz - qz * uy + poses[:, 0] - cw[0],
-        cb[1] + qw * uy + qz * ux - qx * uz + poses[:, 1] - cw[1],
-        cb[2] + qw * uz + qx * uy - qy * ux + poses[:, 2] - cw[2],
-    )
+    rc = _pose.quat_rotate_planes(tuple(poses[:, 3 + i] for i in range(4)), tuple(cb))
+    w = tuple(rc[i] + poses[:, i] - cw[i] for i in range(3))  # centres minus the ball's, world
     reach = rb + rho + jnp.max(radii)
     gap = jnp.sqrt(sum(a * a for a in w)) - reach
     # a margin for rounding (the spheres, and world coordinates far from the origin): a skip
