@@ -81,3 +81,16 @@ def test_elastomer_start_boxes_do_not_grow_with_the_spheres():
         return len(jax.make_jaxpr(e.depths)(inp).jaxpr.eqns)
 
     assert size(12) == size(60)
+
+
+def test_shape_rows_equal_a_gather_for_every_run_pattern():
+    """Rows by static slices of runs (few runs), or one gather (many): always ``x[bodies]``,
+    and their reverse mode is the gather's."""
+    from difftaxel.geometry.bodies import STATIC_ROWS_MAX, shape_rows
+
+    x = jnp.arange(40.0 * 3).reshape(40, 3)
+    many = np.arange(0, 2 * (STATIC_ROWS_MAX + 2), 2)  # more runs than slices are taken for
+    for b in ([3], [0, 1, 2, 3], [5, 6, 9, 10, 11, 2], [4, 4, 4], [7, 3, 1], many):
+        np.testing.assert_array_equal(shape_rows(x, np.asarray(b)), x[np.asarray(b)])
+        g = jax.grad(lambda x, b=b: jnp.sum(shape_rows(x, np.asarray(b)) ** 2))(x)
+        np.testing.assert_array_equal(g, jax.grad(lambda x, b=b: jnp.sum(x[np.asarray(b)] ** 2))(x))

@@ -87,6 +87,9 @@ def test_mjx_scene_mapping_sizes_exclusions_and_unmapped():
     assert sc.unmapped == [("egg", "mjGEOM_ELLIPSOID")]
     assert m.geom("pad").id not in sc.geom_ids and m.geom("look").id not in sc.geom_ids
     assert sc.sensor_geoms.tolist() == [m.geom("pad").id]
+    # every MuJoCo body is a difftaxel body of the same index; each shape sits on its geom's
+    assert sc.body_ids.tolist() == list(range(m.nbody)) and len(sc.bodies.poses) == m.nbody
+    assert [s.body for s in sc.bodies.shapes] == [int(m.geom_bodyid[g]) for g in sc.geom_ids]
     cap, box, cyl, hull = sc.bodies.shapes[2:]
     assert float(cap.length) == pytest.approx(0.04) and float(cap.radius) == pytest.approx(0.01)
     np.testing.assert_allclose(box.size, [0.02, 0.04, 0.06])  # MuJoCo's half sizes doubled

@@ -10,6 +10,7 @@ import mujoco  # the package's __init__ checked the extra is installed
 import numpy as np
 from mujoco import mjx as _mjx
 
+from .._numerics import cross
 from ..geometry import Bodies, Box, Capsule, ConvexHull, Cylinder, Plane, Sphere, TriangleMesh
 from ..sensors import SensorInputs
 
@@ -53,9 +54,12 @@ class MjxScene(NamedTuple):
     """The static map from a MuJoCo model to difftaxel bodies (host data, built once).
 
     Attributes:
-      bodies: :class:`~difftaxel.geometry.Bodies` template: one difftaxel body per mapped
-        MuJoCo body, shapes posed on it by their geom pose (poses filled per step).
-      body_ids: ``[B]`` int, the MuJoCo body of each difftaxel body.
+      bodies: :class:`~difftaxel.geometry.Bodies` template: one difftaxel body per MuJoCo
+        body, in MuJoCo's order (``B = m.nbody``; a body with no mapped geom carries no
+        shape), shapes posed on it by their geom pose (poses filled per step). Why every
+        body: each sensor link then reads the step's poses and twists of all bodies as they
+        are, computed once, instead of a copy of its own rows.
+      body_ids: ``[B]`` int, the MuJoCo body of each difftaxel body (``arange(m.nbody)``).
       geom_ids: ``[S]`` int, the MuJoCo geom of each shape.
       sensor_body: the MuJoCo body carrying the taxels (its geoms are excluded).
       sensor_geoms: ``[G]`` int, the sensor body's geoms (for the contact mask).
@@ -138,7 +142,6 @@ def scene_from_model(
     excluded = {sb} | {_body_id(m, b) for b in exclude_bodies}
     if not include_world:
         excluded.add(0)
-    body_index: dict[int, int] = {}
     shapes, geom_ids, unmapped = [], [], []
     for g in range(m.ngeom):  # host-side, once per model
         b = int(m.geom_bodyid[g])
@@ -147,18 +150,15 @@ def scene_from_model(
         if collision_only and m.geom_contype[g] == 0 and m.geom_conaffinity[g] == 0:
             continue
         t = int(m.geom_type[g])
-        k = body_index.setdefault(b, len(body_index))
-        s = _shape_of(m, g, k, mesh)
+        s = _shape_of(m, g, b, mesh)
         if s is None:
             unmapped.append((_name(m, mujoco.mjtObj.mjOBJ_GEOM, g), _GT(t).name))
-            if not any(int(m.geom_bodyid[x]) == b for x in geom_ids):
-                body_index.pop(b)
             continue
         shapes.append(s)
         geom_ids.append(g)
     if not shapes:
         raise ValueError("m: no geom outside the sensor body could be mapped")
-    body_ids = np.array(sorted(body_index, key=body_index.get), np.int32)
+    body_ids = np.arange(m.nbody, dtype=np.int32)
     poses = np.tile([0.0, 0, 0, 0, 0, 0, 1], (len(body_ids), 1))
     sensor_geoms = np.flatnonzero(np.asarray(m.geom_bodyid) == sb).astype(np.int32)
     return MjxScene(
@@ -235,17 +235,28 @@ def check_differentiable(m) -> None:
         )
 
 
-def _inputs(d, sc, root, dt, gated):
-    poses, twists = body_poses_twists(d, sc.body_ids, root[sc.body_ids])
-    lp, lt = body_poses_twists(d, np.array([sc.sensor_body]), root[[sc.sensor_body]])
+def _inputs(d, sc, root, dt, gated, every=None):
+    """The :class:`SensorInputs` of scene ``sc``; ``every``: :func:`_every_body` of ``d``
+    (computed here if None)."""
+    poses, twists = _every_body(d, root) if every is None else every
     mask = contact_mask(sc, d) if gated else jnp.ones(sc.body_ids.size, bool)
     return SensorInputs(
-        T_world_link=lp[0],
-        twist_link=lt[0],
+        T_world_link=poses[sc.sensor_body],
+        twist_link=twists[sc.sensor_body],
         bodies=sc.bodies.with_state(poses, twists),
         body_mask=mask,
         dt=jnp.asarray(dt, poses.dtype),
     )
+
+
+def _every_body(d, root) -> tuple[Array, Array]:
+    """Poses ``[nbody, 7]`` and twists ``[nbody, 6]`` of every MuJoCo body (as
+    :func:`body_poses_twists`), computed once per step for all sensor links."""
+    q = d.xquat
+    poses = jnp.concatenate([d.xpos, q[..., 1:], q[..., :1]], -1)
+    w, v_com = d.cvel[..., :3], d.cvel[..., 3:]
+    v = v_com + cross(w, d.xpos - d.subtree_com[jnp.asarray(root)])
+    return poses, jnp.concatenate([v, w], -1)
 
 
 def rollout(
@@ -301,8 +312,10 @@ def rollout(
         u, k = xs
         d = _mjx.step(mx, d.replace(ctrl=u))
         new, reads = [], []
+        every = _every_body(d, root)
         for i, (s, sc) in enumerate(zip(sensors, scenes)):  # a few sensor links, static
-            st, r = s.step(states[i], _inputs(d, sc, root, dt, gated), None if k is None else k[i])
+            inputs = _inputs(d, sc, root, dt, gated, every)
+            st, r = s.step(states[i], inputs, None if k is None else k[i])
             new.append(st)
             reads.append(r)
         return (d, tuple(new)), tuple(reads)

@@ -472,39 +472,38 @@ class KinematicTaxel(_ContactSensor):
         ]
         return F, Tq
 
-    def _relative_motion(self, p_link, inputs, winner=None):
-        """Relative velocity, object material point minus sensor, at each probe.
-
-        Returns ``v_rel`` (m/s) and ``w_rel`` (rad/s) as planes ``(x, y, z)`` in the link
-        frame: per shape, ``[S, N]`` and ``[S, 1]``; or, given the winning shape per probe
-        ``winner [N]`` (broad phase), of that shape's body only, ``[1, N]`` each. With ``R``
-        the link rotation, ``R^T (v_o + w_o x (p - o) - v_l - w_l x (p - x_l))
-        = (R^T v_o - R^T v_l + R^T w_o x (x_l - o)) + (R^T (w_o - w_l)) x p_L``.
-        """
+    def _body_motion(self, inputs, dtype):
+        """Each body's motion relative to the sensor link, in the link frame: ``v0`` (m/s) and
+        ``w`` (rad/s), ``[B, 3]`` each, such that the object's material point at link-frame
+        ``p_L`` moves at ``v0 + w x p_L`` relative to the sensor. With ``R`` the link rotation,
+        ``R^T (v_o + w_o x (p - o) - v_l - w_l x (p - x_l))
+        = (R^T v_o - R^T v_l + R^T w_o x (x_l - o)) + (R^T (w_o - w_l)) x p_L``."""
         bodies = inputs.bodies
-        dtype = p_link[0].dtype
         T = inputs.T_world_link.astype(dtype)
         Rt = _pose.quat_to_matrix(T[3:]).T
-        b = bodies.shape_bodies
-        if winner is None:
-            tw = shape_rows(bodies.twists, b).astype(dtype)  # [S, 6]
-            org = shape_rows(bodies.poses[:, :3], b).astype(dtype)  # [S, 3]
-        else:  # per body [B, ...]; each probe then reads its winning shape's body
-            tw = bodies.twists.astype(dtype)
-            org = bodies.poses[:, :3].astype(dtype)
+        tw = bodies.twists.astype(dtype)
+        org = bodies.poses[:, :3].astype(dtype)
         tl = inputs.twist_link.astype(dtype)
         w_rel_world = tw[:, 3:] - tl[None, 3:]
         v0_world = tw[:, :3] - tl[None, :3] + cross(tw[:, 3:], T[None, :3] - org)
-        v0 = matmul3(v0_world, Rt.T)  # rows rotated by R^T
-        w = matmul3(w_rel_world, Rt.T)
-        if winner is not None:  # v0 + w x p_L on the probes' planes, [1, N] each
-            per_probe = jnp.asarray(b)[winner]
-            v0 = [v0[:, i][per_probe] for i in range(3)]
-            w = [w[:, i][per_probe] for i in range(3)]
+        return matmul3(v0_world, Rt.T), matmul3(w_rel_world, Rt.T)  # rows rotated by R^T
+
+    def _relative_motion(self, p_link, bodies, v0, w, picked=None):
+        """Relative velocity, object material point minus sensor, at each probe.
+
+        ``v0, w [B, 3]``: :meth:`_body_motion`. Returns ``v_rel`` (m/s) and ``w_rel`` (rad/s)
+        as planes ``(x, y, z)`` in the link frame: per shape, ``[S, N]`` and ``[S, 1]``; or,
+        given ``picked`` (the six ``[N]`` components of ``v0`` and ``w`` at each probe's winning
+        shape, broad phase), of that shape's body only, ``[1, N]`` each.
+        """
+        if picked is not None:  # v0 + w x p_L on the probes' planes, [1, N] each
+            v0, w = picked[:3], picked[3:]
             px, py, pz = p_link
             wp = (w[1] * pz - w[2] * py, w[2] * px - w[0] * pz, w[0] * py - w[1] * px)
             v_rel = tuple((v0[i] + wp[i])[None] for i in range(3))
             return v_rel, tuple(c[None] for c in w)
+        b = bodies.shape_bodies
+        v0, w = shape_rows(v0, b), shape_rows(w, b)  # [S, 3]
         wx, wy, wz = (w[:, i : i + 1] for i in range(3))  # [S, 1]
         # v0 + w x p_L, one affine map per shape (its pose gradient is one product)
         v_rel = jax.vmap(lambda A, c: affine_planes(A, c, *p_link))(jax.vmap(skew)(w), v0)
@@ -513,9 +512,18 @@ class KinematicTaxel(_ContactSensor):
     def _planes(self, state, inputs, key):
         """``(F_m, T_m, F_g, T_g)``: measured and ground-truth force and torque, each a tuple
         of three ``[N]`` coordinate planes, link frame."""
+        v0, w = self._body_motion(inputs, inputs.T_world_link.dtype)
         p_link, q, winner = self._query(inputs)
+        picked = None
+        if winner is not None:  # each probe reads its winning shape's body
+            # per body, then gathered: fused into the gather, each probe would redo the body's
+            # rotation and cross product
+            v0c, wc = compute_once(runtime_one(v0), v0, w)
+            per_probe = jnp.asarray(inputs.bodies.shape_bodies)[winner]
+            picked = tuple(v0c[:, i][per_probe] for i in range(3))
+            picked += tuple(wc[:, i][per_probe] for i in range(3))
         r, r_m = self._radii(p_link[0].dtype, key)
-        v_rel, w_rel = self._relative_motion(p_link, inputs, winner)
+        v_rel, w_rel = self._relative_motion(p_link, inputs.bodies, v0, w, picked)
         # [N] ones from what is a runtime value in any real step: the gain (a scan's carry), the
         # probes (a traced sensor) or the object's pose; unfoldable even if two are constants
         one = runtime_one(state.probe_gain + p_link[0] + inputs.bodies.poses[0, 0])
