@@ -166,10 +166,17 @@ def test_mjx_rollout_reads_the_resting_ball_vmap_and_gating(pad_ball):
     np.testing.assert_allclose(
         rv.ground_truth.force[0], r.ground_truth.force, rtol=1e-9, atol=1e-12
     )
-    # the resting ball is in MJX's contact list with the pad; gating keeps it
-    assert bool(contact_mask(scene, d)[0])
+    # the resting ball is in MJX's contact list with the pad; gating keeps it (the mask is
+    # indexed by MuJoCo body id) and no other body
+    ball = int(
+        m.geom_bodyid[
+            scene.geom_ids[[type(s).__name__ for s in scene.bodies.shapes].index("Sphere")]
+        ]
+    )
+    mask = np.asarray(contact_mask(scene, d))
+    assert mask[ball] and mask.sum() == 1
     inp = sensor_inputs(scene, m, d, gated=True)
-    assert bool(inp.body_mask[0])
+    assert bool(inp.body_mask[ball])
 
 
 @pytest.mark.slow

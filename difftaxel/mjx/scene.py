@@ -173,16 +173,15 @@ def scene_from_model(
 
 def body_poses_twists(d, ids, root_ids) -> tuple[Array, Array]:
     """Poses ``[B, 7]`` (x y z qx qy qz qw, world) and twists ``[B, 6]`` (velocity of the body
-    origin, then angular velocity; world) of MuJoCo bodies ``ids [B]`` from ``mjx.Data``;
-    ``root_ids [B]`` are their ``m.body_rootid`` (``cvel`` is about ``subtree_com`` of the
-    root: ``v_origin = v_com + w x (xpos - subtree_com[root])``)."""
-    ids = jnp.asarray(ids)
-    xpos = d.xpos[ids]
-    q = d.xquat[ids]
+    origin, then angular velocity; world) of MuJoCo bodies ``ids [B]`` from ``mjx.Data``
+    (``ids=None``: every body, ``B = nbody``, no gather); ``root_ids [B]`` are their
+    ``m.body_rootid`` (``cvel`` is about ``subtree_com`` of the root:
+    ``v_origin = v_com + w x (xpos - subtree_com[root])``)."""
+    rows = (lambda a: a) if ids is None else (lambda a: a[jnp.asarray(ids)])  # noqa: E731
+    xpos, q, cvel = rows(d.xpos), rows(d.xquat), rows(d.cvel)
     poses = jnp.concatenate([xpos, q[..., 1:], q[..., :1]], -1)
-    cvel = d.cvel[ids]
     w, v_com = cvel[..., :3], cvel[..., 3:]
-    v = v_com + jnp.cross(w, xpos - d.subtree_com[jnp.asarray(root_ids)])
+    v = v_com + cross(w, xpos - d.subtree_com[jnp.asarray(root_ids)])
     return poses, jnp.concatenate([v, w], -1)
 
 
@@ -250,13 +249,9 @@ def _inputs(d, sc, root, dt, gated, every=None):
 
 
 def _every_body(d, root) -> tuple[Array, Array]:
-    """Poses ``[nbody, 7]`` and twists ``[nbody, 6]`` of every MuJoCo body (as
-    :func:`body_poses_twists`), computed once per step for all sensor links."""
-    q = d.xquat
-    poses = jnp.concatenate([d.xpos, q[..., 1:], q[..., :1]], -1)
-    w, v_com = d.cvel[..., :3], d.cvel[..., 3:]
-    v = v_com + cross(w, d.xpos - d.subtree_com[jnp.asarray(root)])
-    return poses, jnp.concatenate([v, w], -1)
+    """:func:`body_poses_twists` of every MuJoCo body, computed once per step for all sensor
+    links (``root``: ``m.body_rootid``)."""
+    return body_poses_twists(d, None, root)
 
 
 def rollout(
