@@ -516,12 +516,12 @@ class KinematicTaxel(_ContactSensor):
         p_link, q, winner = self._query(inputs)
         picked = None
         if winner is not None:  # each probe reads its winning shape's body
-            # per body, then gathered: fused into the gather, each probe would redo the body's
-            # rotation and cross product
-            v0c, wc = compute_once(runtime_one(v0), v0, w)
-            per_probe = jnp.asarray(inputs.bodies.shape_bodies)[winner]
-            picked = tuple(v0c[:, i][per_probe] for i in range(3))
-            picked += tuple(wc[:, i][per_probe] for i in range(3))
+            # one row of six per probe from a per-shape table computed once. Why: a gather costs
+            # per index (six [N] gathers cost ~6x one [N, 6]), and fused into the gather each
+            # probe would redo its body's rotation and cross product
+            table = shape_rows(jnp.concatenate([v0, w], 1), inputs.bodies.shape_bodies)
+            rows = compute_once(runtime_one(table), table)[winner]  # [N, 6]
+            picked = tuple(rows[:, i] for i in range(6))
         r, r_m = self._radii(p_link[0].dtype, key)
         v_rel, w_rel = self._relative_motion(p_link, inputs.bodies, v0, w, picked)
         # [N] ones from what is a runtime value in any real step: the gain (a scan's carry), the
