@@ -222,6 +222,23 @@ def matmul3(a: Array, b: Array) -> Array:
     return sum(a[..., :, k : k + 1] * b[..., k : k + 1, :] for k in range(3))
 
 
+@jax.custom_batching.custom_vmap
+def loop_bound(n: Array) -> Array:
+    """``n`` (a scalar count); under ``vmap``, the largest ``n`` of the batch, unbatched.
+
+    For a ``while_loop`` of ``n`` iterations whose body masks its own update where the
+    iteration index reaches the element's ``n``: with the bound unbatched the predicate is too,
+    and ``vmap`` runs the loop as it is. Why: a batched predicate makes ``vmap`` select
+    between the new and the old carry of every element at every iteration."""
+    return n
+
+
+@loop_bound.def_vmap
+def _loop_bound_vmap(axis_size, in_batched, n):
+    del axis_size
+    return loop_bound(jnp.max(n, axis=0) if in_batched[0] else n), False
+
+
 def running_count(mask: Array) -> Array:
     """Inclusive running count (int32) of the True entries of ``mask [..., n]`` along its last
     axis: ``jnp.cumsum(mask, -1)``. Why: XLA's CPU backend lowers a cumulative sum to a

@@ -11,6 +11,7 @@ from difftaxel._numerics import (
     compute_once,
     first_argmax,
     first_argmin,
+    loop_bound,
     matmul3,
     running_count,
     runtime_one,
@@ -222,3 +223,21 @@ def test_running_count_is_the_cumulative_sum(n):
     np.testing.assert_array_equal(jax.jit(jax.vmap(running_count))(jnp.asarray(m)), want)
     np.testing.assert_array_equal(running_count(jnp.asarray(m[0, 0])), want[0, 0])
     assert running_count(jnp.asarray(m)).dtype == jnp.int32
+
+
+def test_loop_bound_is_the_batch_maximum_and_a_masked_loop_equals_each_element():
+    """Unbatched: the count itself. Under vmap (nested too): the largest count, unbatched, so
+    a while_loop's predicate stays unbatched; a body that masks its update past its own count
+    gives each element its own answer."""
+    n = jnp.asarray([[1, 5, 0], [7, 2, 3]], jnp.int32)
+    assert int(loop_bound(jnp.int32(4))) == 4
+    np.testing.assert_array_equal(jax.vmap(loop_bound)(n[0]), [5, 5, 5])
+    np.testing.assert_array_equal(jax.jit(jax.vmap(jax.vmap(loop_bound)))(n), np.full((2, 3), 7))
+
+    def triangular(k):  # 0 + 1 + ... + (k - 1), one iteration per term
+        body = lambda c: (c[0] + 1, c[1] + jnp.where(c[0] < k, c[0], 0))  # noqa: E731
+        return jax.lax.while_loop(lambda c: c[0] < loop_bound(k), body, (0, 0))[1]
+
+    want = np.asarray(n) * (np.asarray(n) - 1) // 2
+    np.testing.assert_array_equal(jax.jit(jax.vmap(jax.vmap(triangular)))(n), want)
+    assert int(triangular(jnp.int32(5))) == 10

@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import pose as _pose
 from .._numerics import eps as _eps
-from .._numerics import first_argmax, first_argmin, matmul3, running_count
+from .._numerics import first_argmax, first_argmin, loop_bound, matmul3, running_count
 from .bodies import _query_one, query_kinds, shape_kinds, shape_rows
 from .grid import GridSDF
 from .mesh import TriangleMesh
@@ -234,13 +234,13 @@ def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
         gidx = jnp.asarray(np.asarray(idx), jnp.int32)
 
         def visit(j, best, lv=lv, T_b=T_b, gidx=gidx, cum=cum, treedef=treedef):
-            """Merge the ``j``-th near shape of the kind."""
+            """Merge the ``j``-th near shape of the kind (past the count: masked, no merge)."""
             # the j-th near shape: the first whose running count passes j (no scatter)
-            s = jnp.sum((cum <= j).astype(jnp.int32))
+            s = jnp.minimum(jnp.sum((cum <= j).astype(jnp.int32)), cum.shape[0] - 1)
             sd, n = _query_one(treedef, [a[s] for a in lv], T_b[s], T_fw, x, y, z)
             bk, bsd, bn, bi = best
             key, g = _key(mode, sd), gidx[s]
-            better = (key < bk) | ((key == bk) & (g < bi))
+            better = ((key < bk) | ((key == bk) & (g < bi))) & (j < cum[-1])
             return (
                 jnp.where(better, key, bk),
                 jnp.where(better, sd, bsd),
@@ -248,8 +248,10 @@ def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
                 jnp.where(better, g, bi),
             )
 
+        # every environment runs the batch's largest count; past its own, a visit is masked
+        bound = loop_bound(count)
         _, best = jax.lax.while_loop(
-            lambda carry, count=count: carry[0] < count,
+            lambda carry, bound=bound: carry[0] < bound,
             lambda carry, visit=visit: (carry[0] + 1, visit(carry[0], carry[1])),
             (jnp.zeros((), jnp.int32), best),
         )
