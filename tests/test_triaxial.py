@@ -25,6 +25,8 @@ from difftaxel.rawmodel.standins import magnetic_array, write_example_files
 from difftaxel.rawmodel.triaxial import _Spec, features
 
 RAW_RATE = 88.0
+# the four-session fit takes ~140 s on each test worker: its three tests run in CI's slow run
+FIT = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +45,7 @@ def noise_floor(truth):
     return truth.noise_raw * np.sqrt(np.mean(np.diag(Ginv @ Ginv.T)))
 
 
+@FIT
 def test_held_out_session_within_the_noise_floor_and_lags_within_a_sample(array_fit):
     raws, refs, pos, truth, fit = array_fit
     pred = predict_triaxial(fit, raws[4])  # a new session: its own drift, tared on its start
@@ -64,6 +67,7 @@ def test_held_out_session_within_the_noise_floor_and_lags_within_a_sample(array_
     assert fit.warnings == ()  # every taxel pressed in many directions before the split
 
 
+@FIT
 def test_the_inverse_recovers_the_forces_the_model_makes(array_fit):
     """Closed-form check of predict_triaxial: fields made by the fitted model itself from known
     forces invert to those forces (Newton through the stiffening and the creep)."""
@@ -214,6 +218,7 @@ def test_logs_on_disk_and_one_line_errors(tmp_path):
         assert str(e.value).startswith(str(tmp_path / bad)) and "\n" not in str(e.value)
 
 
+@FIT
 def test_saved_model_reads_back_and_predicts_the_same(array_fit, tmp_path):
     raws, _, _, _, fit = array_fit
     path = tmp_path / "model.json"
