@@ -233,14 +233,14 @@ def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
         count = cum[-1]
         gidx = jnp.asarray(np.asarray(idx), jnp.int32)
 
-        def visit(j, best, lv=lv, T_b=T_b, gidx=gidx, cum=cum, treedef=treedef):
+        def visit(j, best, lv=lv, T_b=T_b, gidx=gidx, cum=cum, count=count, treedef=treedef):
             """Merge the ``j``-th near shape of the kind (past the count: masked, no merge)."""
             # the j-th near shape: the first whose running count passes j (no scatter)
             s = jnp.minimum(jnp.sum((cum <= j).astype(jnp.int32)), cum.shape[0] - 1)
             sd, n = _query_one(treedef, [a[s] for a in lv], T_b[s], T_fw, x, y, z)
             bk, bsd, bn, bi = best
             key, g = _key(mode, sd), gidx[s]
-            better = ((key < bk) | ((key == bk) & (g < bi))) & (j < cum[-1])
+            better = ((key < bk) | ((key == bk) & (g < bi))) & (j < count)
             return (
                 jnp.where(better, key, bk),
                 jnp.where(better, sd, bsd),

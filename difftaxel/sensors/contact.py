@@ -516,9 +516,9 @@ class KinematicTaxel(_ContactSensor):
         p_link, q, winner = self._query(inputs)
         picked = None
         if winner is not None:  # each probe reads its winning shape's body
-            # one row of six per probe from a per-shape table computed once. Why: a gather costs
-            # per index (six [N] gathers cost ~6x one [N, 6]), and fused into the gather each
-            # probe would redo its body's rotation and cross product
+            # one row of six per probe from a per-shape table computed once. Why: XLA's CPU
+            # gather costs per index, so one [N, 6] gather beats six [N] ones; and fused into
+            # the gather, each probe would redo its body's rotation and cross product
             table = shape_rows(jnp.concatenate([v0, w], 1), inputs.bodies.shape_bodies)
             rows = compute_once(runtime_one(table), table)[winner]  # [N, 6]
             picked = tuple(rows[:, i] for i in range(6))
