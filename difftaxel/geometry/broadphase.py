@@ -24,9 +24,9 @@ one-hot mask; a derivative still costs ``S x N`` evaluations).
 The skip is exact, not a heuristic: each rule is a proven lower bound of the signed distance
 *as implemented* over the ball. An ``L``-Lipschitz SDF is at least ``sd(c) - L rho`` there:
 ``L = 1`` for the analytic primitives (exact Euclidean distances); for a convex hull the bound
-is the plane maximum over a subset of its faces (the 26 most aligned with the axes, edges and
-corners of a cube: at most the hull's value everywhere, 1-Lipschitz, and a few planes instead
-of all); a continuous ``GridSDF`` takes ``L`` from its node differences. A winding-signed
+is the plane maximum over a subset of its faces (the 14 most aligned with the faces and corners
+of a cube: at most the hull's value everywhere, 1-Lipschitz, and a few planes instead of all);
+a continuous ``GridSDF`` takes ``L`` from its node differences. A winding-signed
 ``TriangleMesh``, closed or not, is "outside" at a gap ``g`` beyond its vertices' bounding
 sphere once ``g^2 > area / 2 pi`` (each triangle subtends at most its area over ``g^2``, so the
 winding number stays below 1/2), and its distance is then at least ``g``. Shapes with no such
@@ -72,9 +72,11 @@ def _grid_lipschitz(g: GridSDF, dtype) -> Array:
 
 
 def _directions() -> np.ndarray:
-    """The 26 directions of a cube's faces, edges and corners (unit)."""
+    """The 14 directions of a cube's faces and corners (unit). Why not its 12 edges too: on
+    the Shadow Hand they skipped no more hull visits, and each direction is a plane per probe
+    ball, shape and step."""
     d = np.array([(i, j, k) for i in (-1, 0, 1) for j in (-1, 0, 1) for k in (-1, 0, 1)], float)
-    d = d[np.any(d != 0, 1)]
+    d = d[np.sum(d != 0, 1) % 2 == 1]  # one nonzero (a face) or three (a corner)
     return d / np.linalg.norm(d, axis=1, keepdims=True)
 
 
@@ -82,7 +84,7 @@ _DIRS = _directions()
 
 
 def _hull_subset(s: ConvexHull, dtype):
-    """The faces of ``s`` most aligned with each of 26 directions: their plane maximum is at
+    """The faces of ``s`` most aligned with each of 14 directions: their plane maximum is at
     most the hull's (a subset of its faces), 1-Lipschitz, and a few planes instead of all."""
     n = s.normals.astype(dtype)
     k = first_argmax(matmul3(jnp.asarray(_DIRS, dtype), n.T))
@@ -219,9 +221,10 @@ def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
     S = int(sum(len(idx) for idx, _, _ in spec))
     c, rho = _probe_ball(x, y, z)
     frame = _pose.inverse(T_fw)
+    # the key is not carried but read from the sd (in "sdf" mode it is the sd): one array
+    # fewer written per visit
     best = (
-        jnp.full((N,), jnp.inf, dtype),  # key
-        jnp.full((N,), jnp.asarray(FAR, dtype)),  # sd
+        jnp.full((N,), jnp.inf, dtype),  # sd (inf: no shape yet)
         (jnp.zeros((N,), dtype),) * 3,  # normal
         jnp.full((N,), S, jnp.int32),  # shape index (S: none)
     )
@@ -238,11 +241,10 @@ def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
             # the j-th near shape: the first whose running count passes j (no scatter)
             s = jnp.minimum(jnp.sum((cum <= j).astype(jnp.int32)), cum.shape[0] - 1)
             sd, n = _query_one(treedef, [a[s] for a in lv], T_b[s], T_fw, x, y, z)
-            bk, bsd, bn, bi = best
-            key, g = _key(mode, sd), gidx[s]
+            bsd, bn, bi = best
+            key, bk, g = _key(mode, sd), _key(mode, bsd), gidx[s]
             better = ((key < bk) | ((key == bk) & (g < bi))) & (j < count)
             return (
-                jnp.where(better, key, bk),
                 jnp.where(better, sd, bsd),
                 tuple(jnp.where(better, a, b) for a, b in zip(n, bn, strict=True)),
                 jnp.where(better, g, bi),
@@ -255,8 +257,9 @@ def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
             lambda carry, visit=visit: (carry[0] + 1, visit(carry[0], carry[1])),
             (jnp.zeros((), jnp.int32), best),
         )
-    _, sd, n, k = best
-    return sd, n, jnp.where(k < S, k, 0)
+    sd, n, k = best
+    none = k == S
+    return jnp.where(none, jnp.asarray(FAR, dtype), sd), n, jnp.where(none, 0, k)
 
 
 @_sparse.defjvp
