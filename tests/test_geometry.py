@@ -357,3 +357,30 @@ def test_convex_hull_of_a_box_matches_the_box_inside_and_on_faces():
         ConvexHull.from_points(np.c_[rng.uniform(size=(6, 2)), np.zeros(6)])
     with pytest.raises(ValueError, match="points: expected"):
         ConvexHull.from_points(np.zeros((3, 3)))
+
+
+def test_query_in_frame_stores_each_plane_once_per_environment():
+    """Under ``vmap`` over environments (shared probe planes, a pose per environment), the
+    planar query of a box keeps its stored-once planes (local coordinates, distance and local
+    normals) as divisions by ones batched per environment. Ones made from the shared probe
+    planes alone are a broadcast row, which XLA rewrites into a product that its CPU fusion
+    copies into every reader (the box's SDF then ran once per normal component)."""
+    E, N = 5, 7
+    b = Bodies((Box(size=[0.1, 0.06, 0.04]),), jnp.array([[0.0, 0, 0, 0, 0, 0, 1]]))
+    pts = Planes.from_array(jnp.asarray(RNG.uniform(-0.1, 0.1, (N, 3)), jnp.float32))
+    poses = jnp.tile(jnp.array([0.0, 0, 0.01, 0, 0, 0, 1], jnp.float32), (E, 1))
+
+    def sd_and_normal(T):
+        q = b.query(pts, frame=T)
+        return q.sd, tuple(q.normal)
+
+    hlo = jax.jit(jax.vmap(sd_and_normal)).lower(poses).compile().as_text()
+    # the divisions whose result has one value per (environment, probe)
+    per_env = [
+        ln for ln in hlo.splitlines() if " divide(" in ln and f"[{E},1,{N}]" in ln.split("=")[1]
+    ]
+    assert len(per_env) >= 7, "\n".join(per_env)  # 3 coordinates, the distance, 3 normals
+    # the same values as the query of each environment alone
+    got = jax.vmap(sd_and_normal)(poses)
+    ref = sd_and_normal(poses[0])
+    np.testing.assert_array_equal(got[0][0], ref[0])

@@ -260,16 +260,21 @@ def _query_one(treedef, leaves, T_body, T_frame_world, x, y, z):
     T_frame_shape = _pose.compose(T_body, s.T_body_shape.astype(x.dtype))
     if T_frame_world is not None:
         T_frame_shape = _pose.compose(T_frame_world, T_frame_shape)
+    # ones batched like the shape's pose (per environment under vmap): ones of the shared
+    # probe planes alone would be one row broadcast over the environments, and XLA turns a
+    # division by a broadcast into a product, which its CPU fusion then copies into every reader
+    one = runtime_one(x + T_frame_shape[0])
     if isinstance(s, Sphere):
         c = T_frame_shape[:3]
         sd, m = s.sdf_local_xyz(x - c[0], y - c[1], z - c[2])
-        return sd, tuple(m)
+        return compute_once(one, sd), tuple(m)  # the distance: read by every branch
     R = _pose.quat_to_matrix(T_frame_shape[3:])
     t = -(R.T @ T_frame_shape[:3])
-    # shape-frame point = R^T p - R^T t_fs, one plane at a time
-    ps = affine_planes(R.T, t, x, y, z)
+    # shape-frame point = R^T p - R^T t_fs, one plane at a time, stored once: the distance and
+    # each normal component read all three
+    ps = compute_once(one, *affine_planes(R.T, t, x, y, z))
     sd, m = sdf_local_xyz(s, *ps)
     # the distance and the local normal planes stored once: every rotated normal component
     # reads all three, and XLA's CPU fusion would otherwise recompute the shape's SDF in each
-    sd, *m = compute_once(runtime_one(x), sd, *m)
+    sd, *m = compute_once(one, sd, *m)
     return sd, tuple(R[i, 0] * m[0] + R[i, 1] * m[1] + R[i, 2] * m[2] for i in range(3))

@@ -434,11 +434,13 @@ class KinematicTaxel(_ContactSensor):
         g, chain = self.reset_gain_and_chain(key)
         return ProbeState(probe_gain=g, chain=chain)
 
-    def _branch(self, q, v_rel, w_rel, p_link, radius, gain, one):
+    def _branch(self, q, v_rel, w_rel, p_link, radius, gain, one, spin_per_probe=True):
         """Force and torque planes ``(Fx, Fy, Fz), (Tx, Ty, Tz)`` each ``[N]`` (link frame).
 
         ``one`` (:func:`~difftaxel._numerics.runtime_one`) marks the planes computed once and
-        read by every output component; the two branches share those of equal radius."""
+        read by every output component; the two branches share those of equal radius.
+        ``spin_per_probe`` (static): whether the relative spin ``w_rel`` differs between probes
+        (several shapes, or the broad phase's picked bodies), not one value per step."""
         dtype = p_link[0].dtype
         pen_raw, onehot, valid = _winner(self.contact_depth_query, q, radius)
         pen_raw = compute_once(one, pen_raw)
@@ -462,7 +464,10 @@ class KinematicTaxel(_ContactSensor):
         # F = a n - g (v - v_n n) = (a + g v_n) n - g v
         b = a + g * v_n
         w_n = self.twist_scalar * gate * (w[0] * n[0] + w[1] * n[1] + w[2] * n[2])
-        b, g, w_n = compute_once(one, b, g, w_n)
+        if spin_per_probe:
+            b, g, w_n = compute_once(one, b, g, w_n)
+        else:  # one spin per environment: the gate and the twist term cost less recomputed in
+            b = compute_once(one, b)  # each output component than stored and read back
         F = [b * n[i] - g * v[i] for i in range(3)]
         px, py, pz = p_link
         Tq = [
@@ -525,10 +530,12 @@ class KinematicTaxel(_ContactSensor):
         r, r_m = self._radii(p_link[0].dtype, key)
         v_rel, w_rel = self._relative_motion(p_link, inputs.bodies, v0, w, picked)
         # [N] ones from what is a runtime value in any real step: the gain (a scan's carry), the
-        # probes (a traced sensor) or the object's pose; unfoldable even if two are constants
-        one = runtime_one(state.probe_gain + p_link[0] + inputs.bodies.poses[0, 0])
-        F_g, T_g = self._branch(q, v_rel, w_rel, p_link, r, 1.0, one)
-        F_m, T_m = self._branch(q, v_rel, w_rel, p_link, r_m, state.probe_gain, one)
+        # probes (a traced sensor) or the object's pose; unfoldable even if two are constants.
+        # One gain, not all [N]: every plane computed once would read the whole gain array
+        one = runtime_one(p_link[0] + (state.probe_gain[0] + inputs.bodies.poses[0, 0]))
+        spin = picked is not None or len(inputs.bodies.shapes) > 1
+        F_g, T_g = self._branch(q, v_rel, w_rel, p_link, r, 1.0, one, spin)
+        F_m, T_m = self._branch(q, v_rel, w_rel, p_link, r_m, state.probe_gain, one, spin)
         return F_m, T_m, F_g, T_g
 
     def forces(self, state: ProbeState, inputs: SensorInputs, key=None):
