@@ -1,7 +1,9 @@
 """Touch over the whole Shadow Hand inside MJX: the overhead of taxels over the bare physics.
 
 Configurations, each a jitted, vmapped ``rollout`` (``mjx.step`` and the taxels in one scan)
-timed against the jitted ``mjx.step`` scan alone, alternating, the median of ``--rounds``:
+timed against the jitted ``mjx.step`` scan alone, alternating; each round times every
+configuration and the physics once, and the overhead is the median over ``--rounds`` of each
+round's own ratio (the machine's drift between rounds cancels):
 
 * ``fingertips``: a 4 x 4 grid on each of the five fingertips (80 taxels) sensing the ball and
   the floor;
@@ -16,7 +18,7 @@ timed against the jitted ``mjx.step`` scan alone, alternating, the median of ``-
 The Shadow Hand is the mujoco-mjx wheel's test model (convex hull meshes), random controls,
 ``--steps`` steps per rollout, float32.
 
-Run: ``python benchmarks/bench_hand.py [--envs 256 1024] [--steps 10] [--rounds 3]
+Run: ``python benchmarks/bench_hand.py [--envs 256 1024] [--steps 10] [--rounds 5]
 [--exhaustive] [--configs hand hand_all]``; the last line is JSON (the machine on the line before). Needs the ``[mjx]`` extra.
 """
 
@@ -103,10 +105,14 @@ def run(envs: int, steps: int, rounds: int, names) -> dict:
     out = {"envs": envs, "steps": steps, "physics_s": phys}
     for name in names:
         t = statistics.median(times[name])
-        out[name] = {**info[name], "with_taxels_s": t, "overhead": t / phys - 1.0}
+        ratios = [a / b for a, b in zip(times[name], times["physics"], strict=True)]
+        over = statistics.median(ratios) - 1.0
+        out[name] = {**info[name], "with_taxels_s": t, "overhead": over}
         print(
             f"{envs} envs, {name}: {info[name]['taxels']} taxels, physics {phys:.3f} s, "
-            f"with taxels {t:.3f} s, overhead {t / phys - 1.0:+.1%}",
+            f"with taxels {t:.3f} s, overhead {over:+.1%} (rounds "
+            + ", ".join(f"{r - 1:+.1%}" for r in ratios)
+            + ")",
             flush=True,
         )
     return out
@@ -116,7 +122,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--envs", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--exhaustive", action="store_true", help="also time broad_phase='off'")
     ap.add_argument(
         "--configs",
