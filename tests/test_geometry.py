@@ -368,7 +368,8 @@ def test_query_in_frame_stores_each_plane_once_per_environment():
     E, N = 5, 7
     b = Bodies((Box(size=[0.1, 0.06, 0.04]),), jnp.array([[0.0, 0, 0, 0, 0, 0, 1]]))
     pts = Planes.from_array(jnp.asarray(RNG.uniform(-0.1, 0.1, (N, 3)), jnp.float32))
-    poses = jnp.tile(jnp.array([0.0, 0, 0.01, 0, 0, 0, 1], jnp.float32), (E, 1))
+    poses = jnp.tile(jnp.array([0.0, 0, 0, 0, 0, 0, 1], jnp.float32), (E, 1))
+    poses = poses.at[:, 2].set(jnp.linspace(-0.03, 0.03, E))  # inside, on and outside faces
 
     def sd_and_normal(T):
         q = b.query(pts, frame=T)
@@ -381,6 +382,8 @@ def test_query_in_frame_stores_each_plane_once_per_environment():
     ]
     assert len(per_env) >= 7, "\n".join(per_env)  # 3 coordinates, the distance, 3 normals
     # the same values as the query of each environment alone
-    got = jax.vmap(sd_and_normal)(poses)
-    ref = sd_and_normal(poses[0])
-    np.testing.assert_array_equal(got[0][0], ref[0])
+    got = jax.jit(jax.vmap(sd_and_normal))(poses)
+    for e in range(E):
+        sd, n = sd_and_normal(poses[e])
+        np.testing.assert_allclose(got[0][e], sd, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(np.stack(got[1], -1)[e], np.stack(n, -1), rtol=1e-6, atol=1e-6)

@@ -434,7 +434,7 @@ class KinematicTaxel(_ContactSensor):
         g, chain = self.reset_gain_and_chain(key)
         return ProbeState(probe_gain=g, chain=chain)
 
-    def _branch(self, q, v_rel, w_rel, p_link, radius, gain, one, spin_per_probe=True):
+    def _branch(self, q, v_rel, w_rel, p_link, radius, gain, one, spin_per_probe):
         """Force and torque planes ``(Fx, Fy, Fz), (Tx, Ty, Tz)`` each ``[N]`` (link frame).
 
         ``one`` (:func:`~difftaxel._numerics.runtime_one`) marks the planes computed once and
