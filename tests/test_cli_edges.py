@@ -1,9 +1,13 @@
-"""The installed ``difftaxel`` command at its edges, in subprocesses: Ctrl-C at any moment
-stops it (exit 130, one line, nothing overwritten or left half-written), every error is one
-line naming the file or flag, and saved raw-model parameters keep their time units."""
+"""The ``difftaxel`` command at its edges: Ctrl-C at any moment stops the installed command
+(subprocesses: exit 130, one line, nothing overwritten or left half-written); every error is
+one line naming the file or flag, and saved raw-model parameters keep their time units (the
+command's ``main`` in this process, as its entry point calls it: a subprocess would only add
+an import of JAX per call; ``test_edges`` runs the installed command's errors)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -14,7 +18,18 @@ import time
 import numpy as np
 import pytest
 
-from .test_edges import EXE, assert_one_line_error, cli
+from .test_edges import EXE, assert_one_line_error
+
+
+def cli(*args):
+    """``difftaxel ARGS`` through the command's ``main`` in this process: its exit status and
+    what it printed, as a finished subprocess reports them."""
+    from difftaxel.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(args))
+    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
 
 
 def _start(*args):
