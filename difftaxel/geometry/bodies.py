@@ -13,7 +13,7 @@ from .._numerics import compute_once, cross, first_argmin, runtime_one
 from .._pytree import pytree_dataclass
 from .._validate import check_finite, check_last_dim, check_pose, check_shape
 from .planes import Planes, affine_planes
-from .shapes import Sphere, sdf_local_xyz
+from .shapes import Box, Sphere, sdf_local_xyz
 
 Array = jax.Array
 
@@ -273,8 +273,12 @@ def _query_one(treedef, leaves, T_body, T_frame_world, x, y, z):
     # shape-frame point = R^T p - R^T t_fs, one plane at a time, stored once: the distance and
     # each normal component read all three
     ps = compute_once(one, *affine_planes(R.T, t, x, y, z))
-    sd, m = sdf_local_xyz(s, *ps)
     # the distance and the local normal planes stored once: every rotated normal component
     # reads all three, and XLA's CPU fusion would otherwise recompute the shape's SDF in each
-    sd, *m = compute_once(one, sd, *m)
+    if isinstance(s, Box):  # and a box's normal reads the stored distance
+        sd, m = s.sdf_local_xyz(*ps, keep=lambda d: compute_once(one, d))
+        m = compute_once(one, *m)
+    else:
+        sd, m = sdf_local_xyz(s, *ps)
+        sd, *m = compute_once(one, sd, *m)
     return sd, tuple(R[i, 0] * m[0] + R[i, 1] * m[1] + R[i, 2] * m[2] for i in range(3))

@@ -209,7 +209,12 @@ class Box(Shape):
     def sdf_local(self, p):
         return _stacked(self.sdf_local_xyz, p)
 
-    def sdf_local_xyz(self, x, y, z):
+    def sdf_local_xyz(self, x, y, z, keep=None):
+        """``(sd, (nx, ny, nz))`` at box-frame points given as planes; outside, the normal is
+        the clamped offset over the distance. ``keep`` (optional) maps the distance before the
+        normal reads it: the same values, e.g. the distance stored once
+        (:func:`~difftaxel._numerics.compute_once`) so that no normal component recomputes
+        it (why: a norm and a square root per component)."""
         h = 0.5 * self.size.astype(x.dtype)
         p = (x, y, z)
         sgn = [_sign_nonzero(c) for c in p]
@@ -222,7 +227,10 @@ class Box(Shape):
         kx = (q[0] >= q[1]) & (q[0] >= q[2])
         ky = ~kx & (q[1] >= q[2])
         kz = ~kx & ~ky
-        inv = 1.0 / jnp.maximum(outside_d, _eps(x.dtype))
+        if keep is not None:
+            sd = keep(sd)
+        # outside (qmax > 0), sd is the outside distance exactly (its min term is 0)
+        inv = 1.0 / jnp.maximum(sd, _eps(x.dtype))
         outside = qmax > 0
         zero = jnp.zeros((), x.dtype)
         n = tuple(
