@@ -60,6 +60,43 @@ def test_closed_form_values():
     np.testing.assert_allclose(n[3], [0, 0, 1])
 
 
+def test_box_normal_reads_the_kept_distance():
+    """``Box.sdf_local_xyz(keep=...)``: the normal reads the distance ``keep`` returns (called
+    once), with the values and float64 derivatives of the plain query; outside, the normal is
+    the clamped offset over the distance (closed form), on a face and inside the face's."""
+    from difftaxel._numerics import compute_once, runtime_one
+
+    b = Box(size=[2.0, 4.0, 6.0])
+    pts = np.array(
+        [[2.0, 3.0, 4.0], [2.0, 0.5, 0.0], [1.0, 0.0, 0.0], [0.5, 1.9, 0.0], [0.0, 0, 0]]
+    )  # beyond a corner, beyond a face, on a face, inside, the centre
+    planes = tuple(jnp.asarray(pts[:, i]) for i in range(3))
+    seen = []
+
+    def keep(d):
+        seen.append(d.shape)
+        return compute_once(runtime_one(d), d)
+
+    sd0, n0 = b.sdf_local_xyz(*planes)
+    sd1, n1 = b.sdf_local_xyz(*planes, keep=keep)
+    assert seen == [(5,)]
+    np.testing.assert_array_equal(sd1, sd0)
+    np.testing.assert_array_equal(np.stack(n1, -1), np.stack(n0, -1))
+    np.testing.assert_allclose(sd1, [np.sqrt(3.0), 1.0, 0.0, -0.1, -1.0], atol=1e-15)
+    np.testing.assert_allclose(np.stack(n1, -1)[0], np.ones(3) / np.sqrt(3.0))
+    np.testing.assert_array_equal(np.stack(n1, -1)[1:4], [[1, 0, 0], [1, 0, 0], [0, 1, 0]])
+
+    def loss(x, kept):
+        sd, n = b.sdf_local_xyz(x[:, 0], x[:, 1], x[:, 2], keep=keep if kept else None)
+        return jnp.sum(sd * jnp.arange(1.0, 1.0 + x.shape[0])) + jnp.sum(jnp.stack(n, -1) * x)
+
+    g0 = jax.grad(loss)(jnp.asarray(pts), False)
+    g1 = jax.grad(loss)(jnp.asarray(pts), True)
+    np.testing.assert_array_equal(g1, g0)
+    assert np.all(np.isfinite(g1))
+    check_grad_fd(lambda x: loss(x, True), jnp.asarray(pts[[0, 1, 3]]), rtol=1e-6)
+
+
 def test_world_pose_and_shape_offset():
     s = Sphere(radius=0.1, T_body_shape=[0.0, 0, 0.5, 0, 0, 0, 1])
     q = P.quat_from_axis_angle(jnp.array([1.0, 0, 0]), np.pi / 2)
