@@ -414,8 +414,10 @@ def test_the_contact_list_pass_reads_what_every_pair_reads(culled):
     that could touch. Two sensors (16 and 9 taxels) on one body, a geom touching two of its colliders and a
     box-box contact of four points (a geom listed several times for one sensor, read once), a
     floor; MJX culling the list to 4 contacts (geoms known only at run time) or not. Exact and
-    smooth readings and their derivatives (with respect to every pose, velocity and contact
-    distance they read) are equal; unculled, both are the C engine's."""
+    smooth readings are equal; unculled, both are the C engine's. Derivatives (with respect to
+    every pose, velocity and contact distance they read): culled (the slow set), both passes'
+    are equal; unculled (the default run, one backward pass fewer to compile), the contact
+    list's reach the contact distances of gates that do not saturate."""
     custom = '<custom><numeric name="max_contact_points" data="4"/></custom>' if culled else ""
     m = mujoco.MjModel.from_xml_string(TWO_SKINS.format(custom=custom))
     mx = mjx.put_model(m)
@@ -443,20 +445,21 @@ def test_the_contact_list_pass_reads_what_every_pair_reads(culled):
     @jax.vmap
     def run(q, v):
         d = mjx.forward(mx, d0.replace(qpos=q, qvel=v))
-        return [readings(d, t) for t in tacs], [grads(d, t) for t in tacs[2:]]
+        return [readings(d, t) for t in tacs], [grads(d, t) for t in tacs[2 if culled else 3 :]]
 
     states = random_states(m, 16, seed=11, spread=0.01)
-    (exact_p, exact_c, smooth_p, smooth_c), (g_p, g_c) = run(
+    (exact_p, exact_c, smooth_p, smooth_c), g = run(
         *(jnp.asarray(np.stack(z)) for z in zip(*states))
     )
     assert np.count_nonzero(exact_p) > 50 and np.count_nonzero(smooth_p) > 50
     np.testing.assert_allclose(exact_c, exact_p, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(smooth_c, smooth_p, rtol=1e-12, atol=1e-15)
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-9), g_p, g_c)
-    assert np.count_nonzero(np.asarray(g_p[0][0])) > 0
-    if not culled:  # the 4 deepest contacts are deep enough to saturate their gates
-        assert np.count_nonzero(np.asarray(g_p[1])) > 0
-    if not culled:
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(g))
+    assert np.count_nonzero(np.asarray(g[0][0][0])) > 0
+    if culled:
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-9), *g)
+    else:  # the 4 deepest contacts (culled) are deep enough to saturate their gates
+        assert np.count_nonzero(np.asarray(g[0][1])) > 0
         np.testing.assert_allclose(exact_p, c_readings(m, states), rtol=1e-9, atol=1e-12)
 
 
