@@ -210,9 +210,11 @@ class Box(Shape):
         return _stacked(self.sdf_local_xyz, p)
 
     def sdf_local_xyz(self, x, y, z, keep=None):
-        """``(sd, (nx, ny, nz))`` at box-frame points given as planes; outside, the normal is
-        the clamped offset over the distance. ``keep`` (optional) maps the distance before the
-        normal reads it: the same values, e.g. the distance stored once
+        """Signed distance ``sd [...]`` (m, negative inside) and unit outward normal ``(nx, ny,
+        nz)`` (three ``[...]`` planes, box frame) at box-frame points ``x, y, z`` (``[...]``
+        planes, m). Outside, the normal is the clamped offset over the distance; inside, the
+        nearest face's (ties: the lowest axis). ``keep`` (optional) maps the distance before
+        the normal reads it and must return the same values, e.g. the distance stored once
         (:func:`~difftaxel._numerics.compute_once`) so that no normal component recomputes
         it (why: a norm and a square root per component)."""
         h = 0.5 * self.size.astype(x.dtype)
