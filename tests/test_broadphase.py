@@ -25,7 +25,7 @@ from difftaxel.geometry import (
     TriangleMesh,
 )
 from difftaxel.geometry.bodies import shape_kinds
-from difftaxel.geometry.broadphase import kind_lower_bounds, nearest_surface
+from difftaxel.geometry.broadphase import grid_patches, kind_lower_bounds, nearest_surface
 from difftaxel.geometry.planes import Planes
 from difftaxel.sensors import ContactDepthProbe, ContactProbe, KinematicTaxel, make_inputs
 
@@ -122,13 +122,17 @@ SLOW_SET = ("smooth", "raycast", "noise", "contact", "depth")
 
 
 @pytest.mark.parametrize(
-    "names, t",
-    [(FAST_SET, 0.0), (FAST_SET, 0.5)]
-    + [pytest.param(SLOW_SET, t, marks=SLOW) for t in (0.0, 0.5)]
-    + [pytest.param(FAST_SET + SLOW_SET, t, marks=SLOW) for t in (0.2, 0.75, 0.9)],
+    "names, t, grid",
+    [(FAST_SET, 0.0, True), (FAST_SET, 0.5, True)]
+    + [pytest.param(SLOW_SET, t, grid, marks=SLOW) for t in (0.0, 0.5) for grid in (0, 1)]
+    + [pytest.param(FAST_SET + SLOW_SET, t, False, marks=SLOW) for t in (0.2, 0.75, 0.9)],
 )
-def test_readings_equal_the_exhaustive_pass_as_a_shape_enters_and_leaves(names, t):
-    out = both(jnp.asarray(scene_poses(t)), jnp.asarray(PROBES), {n: SENSORS[n] for n in names})
+def test_readings_equal_the_exhaustive_pass_as_a_shape_enters_and_leaves(names, t, grid):
+    """``grid``: the probes as a 4 x 4 layout, whose broad phase bounds 2 x 2 patches by a
+    ball each (:func:`grid_patches`); flat, one ball around them all."""
+    probes = PROBES.reshape(4, 4, 3) if grid else PROBES
+    opts = {n: replace(SENSORS[n], probe_local_pos=probes) for n in names}
+    out = both(jnp.asarray(scene_poses(t)), jnp.asarray(probes), opts)
     touching = 0
     for name, (a, b) in out.items():
         for x, y in zip(a, b, strict=True):
@@ -242,6 +246,35 @@ def test_lower_bounds_hold_over_the_ball(kind):
         ) ** (1 / 3)
         sd = np.asarray(b.query(pts).sd[0])
         assert float(lb) <= sd.min() + 1e-12, (float(lb), sd.min())
+
+
+def test_patch_balls_skip_what_one_ball_visits():
+    """A small sphere 2 mm over the middle of a 4 x 4 grid of probes (8 mm wide), 2.2 mm from
+    the nearest: inside the reach of the ball around every probe, beyond each 2 x 2 patch's.
+    One ball visits it (its true distances); the patches skip it (``FAR``). Over a probe,
+    0.7 mm from it (in reach), both equal the exhaustive pass."""
+    groups = grid_patches((4, 4))
+    assert groups == ((0, 1, 4, 5), (2, 3, 6, 7), (8, 9, 12, 13), (10, 11, 14, 15))
+    assert grid_patches((16,)) is None and grid_patches((1, 16)) is None
+    pts = Planes(*(jnp.asarray(PROBES[:, i]) for i in range(3)))
+    kw = dict(shape_on=jnp.ones(1, bool), reach=1e-3)
+    for c, beyond in (((0.0, 0.0, 2e-3), True), ((*PROBES[5, :2], 1.2e-3), False)):
+        b = Bodies((Sphere(radius=5e-4, body=0),), np.array([[*c, 0, 0, 0, 1]]))
+        one = nearest_surface(b, pts, jnp.asarray(LINK), **kw)
+        patches = nearest_surface(b, pts, jnp.asarray(LINK), groups=groups, **kw)
+        every = nearest_surface(b, pts, jnp.asarray(LINK), broad_phase=False, **kw)
+        exact = np.linalg.norm(PROBES - np.asarray(c), axis=1) - 5e-4
+        np.testing.assert_allclose(np.asarray(one[0]), exact, rtol=0, atol=1e-15)
+        np.testing.assert_allclose(np.asarray(every[0]), exact, rtol=0, atol=1e-15)
+        if beyond:
+            assert exact.min() > 2e-3 and np.all(np.asarray(patches[0]) == 1e6)
+        else:
+            assert exact.min() < 1e-3
+            for a, c in zip(jax.tree.leaves(patches), jax.tree.leaves(every), strict=True):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+    for bad in (groups[:3], ((0, 1), ()) + groups, groups + ((0,),)):
+        with pytest.raises(ValueError, match="groups"):
+            nearest_surface(b, pts, jnp.asarray(LINK), groups=bad, **kw)
 
 
 def test_nothing_in_reach_reports_far():

@@ -6,14 +6,15 @@ noise and its smoothing tail): a shape farther than that from every probe change
 smallest ``|sd|``, Genesis's raycast rule), in one of two ways:
 
 * **exhaustive**: every shape at every probe (``S x N`` evaluations), then the smallest;
-* **broad phase** (per link and environment): each shape is first tested once against the
-  ball ``B(c, rho)`` that holds the link's probes (:func:`kind_lower_bounds`); a shape whose
-  signed distance is provably larger than ``reach`` over the whole ball is skipped, and only
+* **broad phase** (per link and environment): each shape is first tested once against each
+  ball ``B(c, rho)`` that holds a patch of the link's probes (:func:`kind_lower_bounds`; one
+  ball around them all, or one per :func:`grid_patches` patch of a grid); a shape whose
+  signed distance is provably larger than ``reach`` over every ball is skipped, and only
   the others are evaluated at the probes, in a ``while_loop`` over the near shapes of each
-  kind. The cost is ``S`` one-point tests plus ``N`` evaluations per near shape: it follows
-  the shapes near the link, not the shapes in the scene. There is no capacity to choose and
-  nothing to overflow; under ``vmap`` the loop runs as many iterations as the environment with
-  the most near shapes needs.
+  kind. The cost is ``S K`` one-point tests (``K`` balls) plus ``N`` evaluations per near
+  shape: it follows the shapes near the link, not the shapes in the scene. There is no
+  capacity to choose and nothing to overflow; under ``vmap`` the loop runs as many iterations
+  as the environment with the most near shapes needs.
 
 Both give the same nearest surface wherever it lies within ``reach``, which is all a reading
 depends on; beyond it the broad phase reports ``sd = FAR``. Derivatives (forward and reverse)
@@ -43,8 +44,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import pose as _pose
+from .._numerics import (
+    compute_once,
+    first_argmax,
+    first_argmin,
+    loop_bound,
+    matmul3,
+    running_count,
+    runtime_one,
+)
 from .._numerics import eps as _eps
-from .._numerics import first_argmax, first_argmin, loop_bound, matmul3, running_count
 from .bodies import _query_one, query_kinds, shape_kinds, shape_rows
 from .grid import GridSDF
 from .mesh import TriangleMesh
@@ -53,7 +62,7 @@ from .shapes import Box, Capsule, ConvexHull, Cylinder, Plane, Sphere, sdf_local
 
 Array = jax.Array
 
-__all__ = ["nearest_surface", "kind_lower_bounds", "FAR"]
+__all__ = ["nearest_surface", "kind_lower_bounds", "grid_patches", "FAR"]
 
 #: ``sd`` (m) reported where no shape lies within reach
 FAR = 1e6
@@ -104,7 +113,13 @@ def kind_lower_bounds(treedef, leaves, T_b: Array, frame: Array, c, rho: Array) 
 
     Returns ``-inf`` for a kind with no proven bound (never skipped); see the module docstring.
     """
+    return jnp.stack(_bound_columns(treedef, leaves, T_b, frame, c, rho), 1)
+
+
+def _bound_columns(treedef, leaves, T_b: Array, frame: Array, c, rho: Array) -> list:
+    """:func:`kind_lower_bounds` as ``K`` columns ``[G]``, one per ball."""
     dtype = rho.dtype
+    K = rho.shape[0]
     G = T_b.shape[0]
     proto = jax.tree.unflatten(treedef, [lv[0] for lv in leaves])
     cw = _pose.apply(frame.astype(dtype), jnp.stack(c, -1))  # [K, 3] world
@@ -115,7 +130,7 @@ def kind_lower_bounds(treedef, leaves, T_b: Array, frame: Array, c, rho: Array) 
     else:
         exact = type(proto) in _LIPSCHITZ_ONE
     if not exact:
-        return jnp.full((G, rho.shape[0]), -jnp.inf, dtype)
+        return [jnp.full((G,), -jnp.inf, dtype)] * K
     if type(proto) in _LIPSCHITZ_ONE:
         return _primitive_bounds(treedef, leaves, T_b, cw, rho)
 
@@ -138,38 +153,68 @@ def kind_lower_bounds(treedef, leaves, T_b: Array, frame: Array, c, rho: Array) 
         sd, _ = sdf_local_xyz(s, p[:, 0], p[:, 1], p[:, 2])  # a continuous GridSDF
         return sd - _grid_lipschitz(s, dtype) * rho
 
-    return jax.vmap(one)(leaves, T_b)
+    lb = jax.vmap(one)(leaves, T_b)  # [G, K]
+    return [lb[:, k] for k in range(K)]
 
 
-def _primitive_bounds(treedef, leaves, T_b, cw, rho):
-    """:func:`kind_lower_bounds` of 1-Lipschitz primitives and convex hulls, on coordinate
-    planes ``[G, K]``: the balls' centres ``cw [K, 3]`` (world) taken into each shape's frame
-    by its body's and its own pose, with no ``[..., 4]`` or ``[..., 3, 3]`` intermediates.
-    Why: under ``vmap`` each stacked pose product is its own small operation, and a link
-    tests every kind of shape each step."""
+def _primitive_bounds(treedef, leaves, T_b, cw, rho) -> list:
+    """:func:`kind_lower_bounds` of 1-Lipschitz primitives and convex hulls, ``K`` columns
+    ``[G]`` on coordinate planes: each ball's centre ``cw[k]`` (world) taken into each shape's
+    frame by one affine map per shape (its world pose, composed and stored once: every ball
+    reads all twelve entries, which XLA's CPU fusion would otherwise recompute in each).
+    Why columns: an elementwise ``[G, K]`` array under ``vmap`` (``[E, G, K]``, a few shapes
+    by a few balls) compiled to loops many times slower per element on the CPU than ``K``
+    arrays ``[E, G]``; and under ``vmap`` each stacked pose product is its own small
+    operation, so no ``[..., 4]`` or ``[..., 3, 3]`` intermediate is stacked."""
     dtype = rho.dtype
-    col = lambda a: a[:, None]  # noqa: E731  [G] -> [G, 1]
     s = jax.tree.unflatten(treedef, leaves)  # leaves stacked [G, ...]
-    T_bs = s.T_body_shape.astype(dtype)  # [G, 7]
-    qb = tuple(col(T_b[:, 3 + i]) for i in range(4))
-    d = tuple(cw[None, :, i] - col(T_b[:, i]) for i in range(3))  # [G, K]
-    u = _pose.quat_rotate_planes(qb, d, conjugate=True)  # body frame
-    v = tuple(u[i] - col(T_bs[:, i]) for i in range(3))
-    p = _pose.quat_rotate_planes(tuple(col(T_bs[:, 3 + i]) for i in range(4)), v, conjugate=True)
-    if isinstance(jax.tree.unflatten(treedef, [lv[0] for lv in leaves]), ConvexHull):
+    R, t = _world_maps(T_b, s.T_body_shape.astype(dtype))
+    hull = isinstance(jax.tree.unflatten(treedef, [lv[0] for lv in leaves]), ConvexHull)
+    if hull:
         n, off = jax.vmap(lambda leaf: _hull_subset(jax.tree.unflatten(treedef, leaf), dtype))(
             leaves
         )  # [G, D, 3], [G, D]
-        planes = [
-            p[0] * n[:, None, k, 0] + p[1] * n[:, None, k, 1] + p[2] * n[:, None, k, 2]
-            - off[:, None, k]
-            for k in range(n.shape[1])
-        ]  # fmt: skip
-        return _max_planes(planes) - rho[None]
-    sd = jax.vmap(
-        lambda leaf, x, y, z: sdf_local_xyz(jax.tree.unflatten(treedef, leaf), x, y, z)[0]
-    )(leaves, *p)
-    return sd - rho[None]
+    cols = []
+    for k in range(rho.shape[0]):  # a few balls, static
+        d = tuple(cw[k, i] - t[i] for i in range(3))  # [G]
+        p = tuple(R[0][i] * d[0] + R[1][i] * d[1] + R[2][i] * d[2] for i in range(3))  # R^T d
+        if hull:
+            planes = [
+                p[0] * n[:, j, 0] + p[1] * n[:, j, 1] + p[2] * n[:, j, 2] - off[:, j]
+                for j in range(n.shape[1])
+            ]
+            sd = _max_planes(planes)
+        else:
+            sd = jax.vmap(
+                lambda leaf, x, y, z: sdf_local_xyz(jax.tree.unflatten(treedef, leaf), x, y, z)[0]
+            )(leaves, *p)
+        cols.append(sd - rho[k])
+    return cols
+
+
+def _world_maps(T_b: Array, T_bs: Array):
+    """World rotations ``R`` (rows of three ``[G]`` planes: ``R[i][j]``) and positions ``t``
+    (three ``[G]``) of ``G`` shapes from their bodies' world poses ``T_b [G, 7]`` and their
+    own in their bodies ``T_bs [G, 7]``, stored once (:func:`compute_once`)."""
+    qb = tuple(T_b[:, 3 + i] for i in range(4))
+    x1, y1, z1, w1 = qb
+    x2, y2, z2, w2 = (T_bs[:, 3 + i] for i in range(4))
+    x = w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2  # the Hamilton product qb * qs
+    y = w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2
+    z = w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2
+    w = w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2
+    r = _pose.quat_rotate_planes(qb, tuple(T_bs[:, i] for i in range(3)))
+    t = tuple(T_b[:, i] + r[i] for i in range(3))
+    xx, yy, zz = x * x, y * y, z * z
+    xy, xz, yz = x * y, x * z, y * z
+    wx, wy, wz = w * x, w * y, w * z
+    R = (
+        1 - 2 * (yy + zz), 2 * (xy - wz), 2 * (xz + wy),
+        2 * (xy + wz), 1 - 2 * (xx + zz), 2 * (yz - wx),
+        2 * (xz - wy), 2 * (yz + wx), 1 - 2 * (xx + yy),
+    )  # fmt: skip
+    out = compute_once(runtime_one(T_b[:, 0]), *R, *t)
+    return (out[0:3], out[3:6], out[6:9]), out[9:]
 
 
 def _max_planes(terms):
@@ -182,25 +227,44 @@ def _max_planes(terms):
     return terms[0]
 
 
-def _probe_ball(x, y, z):
-    """Centre (the mean, three ``[1]``) and radius ``[1]`` of a ball holding the probes; no
-    derivative (the skip only decides which shapes to evaluate). One ball per link: smaller
-    balls over patches of probes skip more, but cost a loop iteration per (shape, patch)
-    pair, which on a CPU outweighed the probes they spare."""
+def _probe_balls(x, y, z, groups):
+    """Centres (the means, three ``[K]``) and radii ``[K]`` of balls holding the probes, one
+    per group of probe indices (``None``: one group, every probe); no derivative (the skip
+    only decides which shapes to evaluate)."""
     x, y, z = (jax.lax.stop_gradient(q) for q in (x, y, z))
-    c = (jnp.mean(x)[None], jnp.mean(y)[None], jnp.mean(z)[None])
-    d2 = (x - c[0]) ** 2 + (y - c[1]) ** 2 + (z - c[2]) ** 2
-    return c, jnp.sqrt(jnp.max(d2))[None]
+    cs, rs = [], []
+    for g in groups or (None,):
+        q = (x, y, z) if g is None else tuple(a[np.asarray(g)] for a in (x, y, z))
+        c = tuple(jnp.mean(a)[None] for a in q)
+        d2 = (q[0] - c[0]) ** 2 + (q[1] - c[1]) ** 2 + (q[2] - c[2]) ** 2
+        cs.append(c)
+        rs.append(jnp.sqrt(jnp.max(d2))[None])
+    return tuple(jnp.concatenate([c[i] for c in cs]) for i in range(3)), jnp.concatenate(rs)
+
+
+def grid_patches(layout: tuple) -> tuple | None:
+    """Static groups of probe indices for the broad phase's balls: a grid layout ``(ny, nx)``
+    (row-major probes) cut in 2 x 2 patches; ``None`` (one ball) for any other layout.
+    Why patches: a link's probes cover its surface, so one ball around them all also holds
+    the neighbouring links' shapes at its joints, and each such shape costs a visit of every
+    probe (2 x 2 balls skipped 23 of 40 visits of the Shadow Hand, at about twice the cost
+    of one ball's bounds)."""
+    if len(layout) != 2 or min(layout) < 2:
+        return None
+    ny, nx = (int(n) for n in layout)
+    idx = np.arange(ny * nx).reshape(ny, nx)
+    rows, cols = np.array_split(np.arange(ny), 2), np.array_split(np.arange(nx), 2)
+    return tuple(tuple(int(i) for i in idx[np.ix_(r, c)].reshape(-1)) for r in rows for c in cols)
 
 
 def _key(mode: str, sd: Array) -> Array:
     return jnp.abs(sd) if mode == "raycast" else sd
 
 
-def _dense(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
+def _dense(spec, mode, groups, leaves, poses, shape_on, T_fw, x, y, z, reach):
     """Every shape at every probe, the smallest key (first shape on ties) selected by a
     one-hot mask (so a derivative flows through the winner only)."""
-    del reach
+    del groups, reach
     kinds = [(idx, td, lv, bd) for (idx, td, bd), lv in zip(spec, leaves, strict=True)]
     sd, n = query_kinds(kinds, poses, T_fw, x, y, z)  # [S, N]
     on = shape_on[:, None]
@@ -214,12 +278,12 @@ def _dense(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
     return pick(sd), tuple(pick(a) for a in n), k.astype(jnp.int32)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
-def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def _sparse(spec, mode, groups, leaves, poses, shape_on, T_fw, x, y, z, reach):
     dtype = x.dtype
     N = x.shape[0]
     S = int(sum(len(idx) for idx, _, _ in spec))
-    c, rho = _probe_ball(x, y, z)
+    c, rho = _probe_balls(x, y, z, groups)
     frame = _pose.inverse(T_fw)
     # the key is not carried but read from the sd (in "sdf" mode it is the sd): one array
     # fewer written per visit
@@ -230,7 +294,8 @@ def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
     )
     for (idx, treedef, bodies), lv in zip(spec, leaves, strict=True):  # a few kinds, static
         T_b = shape_rows(poses, bodies).astype(dtype)
-        lb = kind_lower_bounds(treedef, lv, T_b, frame, c, rho)[:, 0]  # [G]
+        # a shape is near if it may come within reach of any ball
+        lb = functools.reduce(jnp.minimum, _bound_columns(treedef, lv, T_b, frame, c, rho))
         near = shape_on[np.asarray(idx)] & (lb <= reach)
         cum = running_count(near)
         count = cum[-1]
@@ -263,8 +328,8 @@ def _sparse(spec, mode, leaves, poses, shape_on, T_fw, x, y, z, reach):
 
 
 @_sparse.defjvp
-def _sparse_jvp(spec, mode, primals, tangents):
-    return jax.jvp(lambda *a: _dense(spec, mode, *a), primals, tangents)
+def _sparse_jvp(spec, mode, groups, primals, tangents):
+    return jax.jvp(lambda *a: _dense(spec, mode, groups, *a), primals, tangents)
 
 
 def nearest_surface(
@@ -276,6 +341,7 @@ def nearest_surface(
     reach: Array,
     mode: str = "sdf",
     broad_phase: bool = True,
+    groups: tuple | None = None,
 ):
     """The nearest surface at each probe: the shape of smallest signed distance (``mode="sdf"``)
     or of smallest ``|sd|`` (``"raycast"``), first shape on ties.
@@ -288,6 +354,10 @@ def nearest_surface(
       reach: ``[]`` m; a shape whose distance exceeds it at every probe may be skipped.
       mode: ``"sdf"`` or ``"raycast"``.
       broad_phase: skip shapes provably beyond ``reach`` (module docstring) or evaluate all.
+      groups: static groups of probe indices (e.g. :func:`grid_patches`), each bounded by its
+        own ball in the broad phase (a shape is skipped only if beyond ``reach`` of every
+        ball); ``None``: one ball around every probe. Only the speed depends on them: every
+        probe must be in a group.
 
     Returns:
       ``(sd [N], normal, shape [N] int32)``: signed distance (m), outward unit normal (three
@@ -310,5 +380,12 @@ def nearest_surface(
         jnp.stack([jnp.max(jnp.abs(q)) for q in (x, y, z)])
     )
     reach = reach * (1.0 + 1e-6) + 256 * _eps(dtype) * (scale + reach + 1.0)
+    N = x.shape[0]
+    if groups is not None:
+        groups = tuple(tuple(int(i) for i in g) for g in groups)
+        seen = sorted(i for g in groups for i in g)
+        if not all(groups) or seen != list(range(N)):
+            raise ValueError(f"groups: every probe 0..{N - 1} once, in non-empty groups")
     fn = _sparse if broad_phase else (lambda *a: _dense(*a))
-    return fn(spec, mode, leaves, poses, jnp.asarray(shape_on, bool), T_fw, x, y, z, reach)
+    on = jnp.asarray(shape_on, bool)
+    return fn(spec, mode, groups, leaves, poses, on, T_fw, x, y, z, reach)

@@ -62,7 +62,7 @@ from .._pytree import derived_field, pytree_dataclass, static_field
 from ..crosstalk import grid_axes, grid_metadata
 from ..geometry import Planes, ShapeQuery
 from ..geometry.bodies import shape_rows
-from ..geometry.broadphase import nearest_surface
+from ..geometry.broadphase import grid_patches, nearest_surface
 from ..geometry.planes import affine_planes
 from ..imperfections import ChainState
 from .base import (
@@ -217,6 +217,7 @@ class _ContactSensor(ProbeSensor):
             shape_on=on,
             reach=self._reach(T.dtype),
             mode=self.contact_depth_query,
+            groups=grid_patches(self.layout),
         )
         valid = jnp.broadcast_to(jnp.any(on), (1,) + sd.shape)
         q = ShapeQuery(sd=sd[None], normal=Planes(*(c[None] for c in n)), mask=valid)
