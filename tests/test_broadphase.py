@@ -258,11 +258,18 @@ def test_patch_balls_skip_what_one_ball_visits():
     assert grid_patches((16,)) is None and grid_patches((1, 16)) is None
     pts = Planes(*(jnp.asarray(PROBES[:, i]) for i in range(3)))
     kw = dict(shape_on=jnp.ones(1, bool), reach=1e-3)
+    b = Bodies((Sphere(radius=5e-4, body=0),), np.array([[0.0, 0, 0, 0, 0, 0, 1]]))
+
+    @jax.jit
+    def three(P):  # one ball, patches, every shape at every probe
+        b_at = replace(b, poses=P)
+        return [
+            nearest_surface(b_at, pts, jnp.asarray(LINK), **kw, **opt)
+            for opt in ({}, {"groups": groups}, {"broad_phase": False})
+        ]
+
     for c, beyond in (((0.0, 0.0, 2e-3), True), ((*PROBES[5, :2], 1.2e-3), False)):
-        b = Bodies((Sphere(radius=5e-4, body=0),), np.array([[*c, 0, 0, 0, 1]]))
-        one = nearest_surface(b, pts, jnp.asarray(LINK), **kw)
-        patches = nearest_surface(b, pts, jnp.asarray(LINK), groups=groups, **kw)
-        every = nearest_surface(b, pts, jnp.asarray(LINK), broad_phase=False, **kw)
+        one, patches, every = three(jnp.asarray([[*c, 0, 0, 0, 1]]))
         exact = np.linalg.norm(PROBES - np.asarray(c), axis=1) - 5e-4
         np.testing.assert_allclose(np.asarray(one[0]), exact, rtol=0, atol=1e-15)
         np.testing.assert_allclose(np.asarray(every[0]), exact, rtol=0, atol=1e-15)
@@ -270,8 +277,8 @@ def test_patch_balls_skip_what_one_ball_visits():
             assert exact.min() > 2e-3 and np.all(np.asarray(patches[0]) == 1e6)
         else:
             assert exact.min() < 1e-3
-            for a, c in zip(jax.tree.leaves(patches), jax.tree.leaves(every), strict=True):
-                np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+            for a, e in zip(jax.tree.leaves(patches), jax.tree.leaves(every), strict=True):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
     for bad in (groups[:3], ((0, 1), ()) + groups, groups + ((0,),)):
         with pytest.raises(ValueError, match="groups"):
             nearest_surface(b, pts, jnp.asarray(LINK), groups=bad, **kw)
