@@ -35,12 +35,14 @@ __all__ = [
     "pose_quat",
     "quat_identity",
     "quat_mul",
+    "quat_mul_planes",
     "quat_conjugate",
     "quat_inverse",
     "quat_normalize",
     "quat_rotate",
     "quat_rotate_planes",
     "quat_to_matrix",
+    "quat_to_matrix_planes",
     "matrix_to_quat",
     "quat_from_axis_angle",
     "quat_to_axis_angle",
@@ -116,16 +118,20 @@ def pose_quat(T: Array) -> Array:
 def quat_mul(q1: Array, q2: Array) -> Array:
     """Hamilton product ``q1 * q2`` of (x, y, z, w) quaternions: rotate by ``q2`` then ``q1``."""
     q1, q2 = align(q1, q2)
-    x1, y1, z1, w1 = q1[..., 0], q1[..., 1], q1[..., 2], q1[..., 3]
-    x2, y2, z2, w2 = q2[..., 0], q2[..., 1], q2[..., 2], q2[..., 3]
-    return jnp.stack(
-        [
-            w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
-            w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
-            w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2,
-            w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
-        ],
-        axis=-1,
+    planes = lambda q: tuple(q[..., i] for i in range(4))  # noqa: E731
+    return jnp.stack(quat_mul_planes(planes(q1), planes(q2)), axis=-1)
+
+
+def quat_mul_planes(q1, q2) -> tuple:
+    """:func:`quat_mul` on coordinate planes: ``q1, q2 = (x, y, z, w)``, each a tuple of
+    arrays that broadcast together; returns four arrays (see :func:`quat_rotate_planes`)."""
+    x1, y1, z1, w1 = q1
+    x2, y2, z2, w2 = q2
+    return (
+        w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
+        w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
+        w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2,
+        w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
     )
 
 
@@ -180,16 +186,22 @@ def quat_rotate_planes(q, v, conjugate: bool = False) -> tuple:
 
 def quat_to_matrix(q: Array) -> Array:
     """Rotation matrix ``[..., 3, 3]`` of unit quaternions ``[..., 4]`` (x, y, z, w)."""
-    x, y, z, w = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    rows = quat_to_matrix_planes(tuple(q[..., i] for i in range(4)))
+    return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
+
+
+def quat_to_matrix_planes(q) -> tuple:
+    """:func:`quat_to_matrix` on coordinate planes: ``q = (x, y, z, w)`` a tuple of arrays;
+    returns the rows, three tuples of three arrays (``R[i][j]``)."""
+    x, y, z, w = q
     xx, yy, zz = x * x, y * y, z * z
     xy, xz, yz = x * y, x * z, y * z
     wx, wy, wz = w * x, w * y, w * z
-    rows = [
-        [1 - 2 * (yy + zz), 2 * (xy - wz), 2 * (xz + wy)],
-        [2 * (xy + wz), 1 - 2 * (xx + zz), 2 * (yz - wx)],
-        [2 * (xz - wy), 2 * (yz + wx), 1 - 2 * (xx + yy)],
-    ]
-    return jnp.stack([jnp.stack(r, axis=-1) for r in rows], axis=-2)
+    return (
+        (1 - 2 * (yy + zz), 2 * (xy - wz), 2 * (xz + wy)),
+        (2 * (xy + wz), 1 - 2 * (xx + zz), 2 * (yz - wx)),
+        (2 * (xz - wy), 2 * (yz + wx), 1 - 2 * (xx + yy)),
+    )
 
 
 def _safe_sqrt(x: Array) -> Array:

@@ -170,3 +170,25 @@ def test_quat_rotate_planes_is_quat_rotate_on_planes():
     f = jax.jit(lambda q, v: P.quat_rotate_planes(q, v))
     for a, b in zip(f(qp, vp), P.quat_rotate_planes(qp, vp), strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-15)
+
+
+def test_quat_mul_and_matrix_planes_match_the_stacked_forms():
+    """On broadcasting planes: the product equals ``quat_mul`` and the matrix rows equal
+    ``quat_to_matrix``; two quarter turns about z make a half turn, whose matrix is
+    ``diag(-1, -1, 1)`` by hand."""
+    rng = np.random.default_rng(1)
+    q1 = rng.normal(size=(5, 1, 4))
+    q2 = rng.normal(size=(1, 7, 4))
+    q1, q2 = (jnp.asarray(q / np.linalg.norm(q, axis=-1, keepdims=True)) for q in (q1, q2))
+    planes = lambda q: tuple(q[..., i] for i in range(4))  # noqa: E731
+    got = jnp.stack(P.quat_mul_planes(planes(q1), planes(q2)), -1)
+    np.testing.assert_allclose(got, P.quat_mul(q1, q2), rtol=0, atol=1e-15)
+    rows = P.quat_to_matrix_planes(planes(q1))
+    R = jnp.stack([jnp.stack(r, -1) for r in rows], -2)
+    np.testing.assert_allclose(R, P.quat_to_matrix(q1), rtol=0, atol=1e-15)
+    s = np.sqrt(0.5)
+    half = P.quat_mul_planes((0.0, 0.0, s, s), (0.0, 0.0, s, s))
+    np.testing.assert_allclose(half, [0.0, 0.0, 1.0, 0.0], atol=1e-15)
+    np.testing.assert_allclose(
+        np.array(P.quat_to_matrix_planes(half), float), np.diag([-1.0, -1.0, 1.0]), atol=1e-15
+    )

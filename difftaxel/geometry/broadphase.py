@@ -197,22 +197,10 @@ def _world_maps(T_b: Array, T_bs: Array):
     (three ``[G]``) of ``G`` shapes from their bodies' world poses ``T_b [G, 7]`` and their
     own in their bodies ``T_bs [G, 7]``, stored once (:func:`compute_once`)."""
     qb = tuple(T_b[:, 3 + i] for i in range(4))
-    x1, y1, z1, w1 = qb
-    x2, y2, z2, w2 = (T_bs[:, 3 + i] for i in range(4))
-    x = w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2  # the Hamilton product qb * qs
-    y = w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2
-    z = w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2
-    w = w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2
+    q = _pose.quat_mul_planes(qb, tuple(T_bs[:, 3 + i] for i in range(4)))
     r = _pose.quat_rotate_planes(qb, tuple(T_bs[:, i] for i in range(3)))
     t = tuple(T_b[:, i] + r[i] for i in range(3))
-    xx, yy, zz = x * x, y * y, z * z
-    xy, xz, yz = x * y, x * z, y * z
-    wx, wy, wz = w * x, w * y, w * z
-    R = (
-        1 - 2 * (yy + zz), 2 * (xy - wz), 2 * (xz + wy),
-        2 * (xy + wz), 1 - 2 * (xx + zz), 2 * (yz - wx),
-        2 * (xz - wy), 2 * (yz + wx), 1 - 2 * (xx + yy),
-    )  # fmt: skip
+    R = tuple(e for row in _pose.quat_to_matrix_planes(q) for e in row)
     out = compute_once(runtime_one(T_b[:, 0]), *R, *t)
     return (out[0:3], out[3:6], out[6:9]), out[9:]
 
