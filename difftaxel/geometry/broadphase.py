@@ -235,8 +235,7 @@ def grid_patches(layout: tuple) -> tuple | None:
     (row-major probes) cut in 2 x 2 patches; ``None`` (one ball) for any other layout.
     Why patches: a link's probes cover its surface, so one ball around them all also holds
     the neighbouring links' shapes at its joints, and each such shape costs a visit of every
-    probe (2 x 2 balls skipped 23 of 40 visits of the Shadow Hand, at about twice the cost
-    of one ball's bounds)."""
+    probe; a few smaller balls skip those visits for a few more one-point tests."""
     if len(layout) != 2 or min(layout) < 2:
         return None
     ny, nx = (int(n) for n in layout)
