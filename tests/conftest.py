@@ -86,6 +86,7 @@ SLOW_VARIANTS = {
     "test_mjx_tactile.py::test_difftaxel_forces_on_the_same_taxels",
     "test_realdata.py::test_mrtk_poses_convert_and_pose_the_rig",
     "test_imperfections.py::test_bits32_is_jax_random_bits_bit_for_bit",
+    "test_edges.py::test_probe_at_the_centre_has_a_direction_and_bounded_gradient[capsule]",
     "test_numerics.py::test_affine_planes_value_jvp_and_grad[2-shape1]",
     "test_cli_edges.py::test_ctrl_c_stops_the_demo_and_keeps_the_previous_outputs[fitting]",
     "test_uncertainty.py::test_a_dead_band_at_the_rest_end_is_named_with_the_flag_that_censors_it",
