@@ -243,12 +243,19 @@ def test_mjx_shadow_hand_fingertip_taxels():
 
 def test_mjx_whole_hand_taxels_on_every_link():
     """``links="all"``: a grid on each of the 21 hand links with a collision geom; sensing the
-    whole hand, every link's scene has 31 shapes and takes the broad phase by default."""
+    whole hand, every link senses up to 31 shapes (its scene keeps its own, masked out: one scene
+    for all, so the links can be stepped in one loop) and takes the broad phase by default."""
+    from difftaxel.mjx import link_groups
+
     h = load_shadow_hand(7, 7, include_hand=True, links="all")
     assert len(h.sensors) == 21 and sum(s.n_probes for s in h.sensors) == 1029
     assert all(n.startswith("rh_") for n in h.fingertips)
     assert all(s.uses_broad_phase(sc.bodies) for s, sc in zip(h.sensors, h.scenes))
-    assert max(len(sc.bodies.shapes) for sc in h.scenes) == 31
+    sensed = [sum(x.body != sc.sensor_body for x in sc.bodies.shapes) for sc in h.scenes]
+    assert max(sensed) == 31  # a link with two collision geoms senses 30
+    assert all(list(sc.geom_ids) == list(h.scenes[0].geom_ids) for sc in h.scenes)
+    states = tuple(s.init_state() for s in h.sensors)
+    assert link_groups(h.sensors, h.scenes, states) == (tuple(range(21)),)
     with pytest.raises(ValueError, match="links"):
         load_shadow_hand(links="palm")
 

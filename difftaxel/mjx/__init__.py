@@ -8,7 +8,8 @@ Optional: ``pip install -e ".[mjx]"`` (``mujoco``, ``mujoco-mjx``); the core nev
   as :class:`~difftaxel.geometry.ConvexHull` (the hull MuJoCo collides them with; ``mesh=
   "exact"`` gives a :class:`~difftaxel.geometry.TriangleMesh`). What cannot be mapped
   (ellipsoid, height field, SDF plugins, flex) is returned in ``MjxScene.unmapped``, never
-  skipped silently. The sensor link's own geoms are excluded.
+  skipped silently. The sensor link's own geoms are excluded (or kept and masked out:
+  ``keep_sensor_body=True``, which gives several links one scene).
 * :func:`sensor_inputs` turns an ``mjx.Data`` into :class:`~difftaxel.sensors.SensorInputs`:
   body poses (MuJoCo quaternions are (w, x, y, z); difftaxel's (x, y, z, w)) and twists at the
   body origin. MuJoCo's ``cvel`` is (angular, linear) about the subtree's centre of mass
@@ -22,6 +23,9 @@ Optional: ``pip install -e ".[mjx]"`` (``mujoco``, ``mujoco-mjx``); the core nev
 * :func:`grid_on_geom`, :func:`pattern_on_geom` (a DEX-01 pattern), :func:`layout_on_geom`
   (a measured fingertip layout) and :func:`project_to_surface` place taxels on a geom.
 * :func:`rollout` scans ``mjx.step`` and a sensor together; ``jax.vmap`` it over environments.
+  With ``link_loops=1`` the sensor links alike (:func:`link_groups`: one sensor structure,
+  one scene) are stepped in one loop: the program holds one link's sensing however many
+  links carry taxels.
   **Gradients** through MJX need ``<option iterations="1"/>``: MJX's solver is a
   ``lax.while_loop`` that reverse mode cannot differentiate otherwise; ``rollout`` refuses a
   model with more iterations when ``differentiable=True`` (the default) with a clear error.
@@ -57,6 +61,7 @@ from .scene import (
     body_poses_twists,
     check_differentiable,
     contact_mask,
+    link_groups,
     rollout,
     scene_from_model,
     sensor_inputs,
@@ -89,6 +94,7 @@ __all__ = [
     "contact_mask",
     "check_differentiable",
     "rollout",
+    "link_groups",
     "grid_on_geom",
     "pattern_on_geom",
     "layout_on_geom",

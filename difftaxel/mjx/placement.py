@@ -302,7 +302,9 @@ def load_shadow_hand(
         pos, _ = grid_on_geom(m, g, nx, ny, face=face)
         sensors.append(KinematicTaxel(probe_local_pos=pos, **opts))
         excl = () if include_hand else [x for x in hand if x != b]
-        scenes.append(scene_from_model(m, b, exclude_bodies=excl))
+        # sensing the hand, every link keeps its own geoms (masked out): one scene for all,
+        # so a rollout steps the links in one loop
+        scenes.append(scene_from_model(m, b, exclude_bodies=excl, keep_sensor_body=include_hand))
     names = tuple(mujoco.mj_id2name(m, mujoco.mjtObj.mjOBJ_BODY, b) for b in chosen)
     return ShadowHand(m, names, tuple(sensors), tuple(scenes))
 
