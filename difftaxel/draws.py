@@ -115,9 +115,10 @@ def hash_normal(key, shape: tuple, dtype) -> Array:
     threefry call: a threefry call costs as much as the draws for a small grid); word ``i``
     hashes the counter,
     ``lowbias32(lowbias32(i ^ s0) + s1)`` (a bijection of the counter for fixed seeds, so no
-    two words of one call share their bits; float64 takes a second word
-    ``lowbias32(b ^ s0 ^ 0x9E3779B9)`` per draw), and pairs of words become pairs of normals
-    by :func:`_box_muller`. The same key gives the same draws; split keys give independent
+    two words of one call share their bits; float64 takes a second word per draw, that of
+    counter ``n' + i`` with ``n'`` the draws rounded up to even, so each of its 53-bit
+    uniforms holds two independent words), and pairs of words become pairs of normals by
+    :func:`_box_muller`. At most ``2^32`` words per call (``2^31`` draws in float64). The same key gives the same draws; split keys give independent
     seeds. Not a cryptographic generator, and its streams are not those of ``jax.random``;
     cheaper than :func:`standard_normal` because hashing a counter costs less than threefry.
     Tails are bounded at ``|z| <= 5.77`` (float32) / ``8.57``
@@ -140,12 +141,22 @@ def normal_halves(key, n: int, dtype, generator: str = "threefry") -> tuple[Arra
 
 def _hash_halves(key, h: int, dtype) -> tuple[Array, Array]:
     dtype = jnp.dtype(dtype)
+    wide = dtype.itemsize >= 8
+    if (4 if wide else 2) * h > 2**32:
+        raise ValueError(
+            f"hash_normal: {2 * h} draws need more than 2^32 counter words in {dtype}; "
+            "draw them in parts with split keys"
+        )
     seed = _seeds(key)
-    i = jnp.arange(2 * h, dtype=jnp.uint32)
-    b = _lowbias32(_lowbias32(i ^ seed[0]) + seed[1])
+
+    def words(start, n):  # the hash of counters start .. start + n - 1
+        i = jnp.arange(n, dtype=jnp.uint32) + jnp.uint32(start)
+        return _lowbias32(_lowbias32(i ^ seed[0]) + seed[1])
+
+    b = words(0, 2 * h)
     b2 = (None, None)
-    if dtype.itemsize >= 8:
-        c = _lowbias32(b ^ seed[0] ^ jnp.uint32(0x9E3779B9))
+    if wide:  # the words of the next 2h counters, not a function of b's
+        c = words(2 * h, 2 * h)
         b2 = (c[:h], c[h:])
     return _box_muller(b[:h], b[h:], *b2, dtype=dtype)
 

@@ -247,6 +247,37 @@ def _box_muller_exact(br, ba, br2, ba2, f64):
     return r * np.cos(t), r * np.sin(t)
 
 
+def _lowbias32_np(h):
+    h = np.asarray(h, np.uint32)
+    h = h ^ (h >> np.uint32(16))
+    h = h * np.uint32(0x7FEB352D)
+    h = h ^ (h >> np.uint32(15))
+    h = h * np.uint32(0x846CA68B)
+    return h ^ (h >> np.uint32(16))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_hash_normal_is_the_documented_counter_hash(dtype):
+    """Word ``i`` hashes counter ``i``; in float64 each draw's second word hashes counter
+    ``n + i`` (independent of the first, so the uniforms hold 53 bits), through the
+    documented transform."""
+    from difftaxel.draws import _seeds, hash_normal
+
+    n = 10
+    s0, s1 = (np.uint32(int(x)) for x in _seeds(jax.random.key(7)))
+    word = lambda i: _lowbias32_np(_lowbias32_np(np.uint32(i) ^ s0) + s1)  # noqa: E731
+    b = word(np.arange(n, dtype=np.uint32))
+    f64 = dtype == jnp.float64
+    c = word(np.arange(n, 2 * n, dtype=np.uint32)) if f64 else b
+    x, y = _box_muller_exact(b[:5], b[5:], c[:5], c[5:], f64)
+    z = np.asarray(hash_normal(jax.random.key(7), (n,), dtype), np.float64)
+    np.testing.assert_allclose(z, np.r_[x, y], rtol=1e-13 if f64 else 2e-6, atol=1e-13)
+    # more draws than counters: an error, never repeated words (nothing is allocated)
+    too_many = (2**31 + 2,) if f64 else (2**32 + 2,)
+    with pytest.raises(ValueError, match="hash_normal: .* draws need more than 2"):
+        hash_normal(jax.random.key(7), too_many, dtype)
+
+
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 def test_box_muller_against_float64_including_extreme_words(dtype):
     # random words plus the extremes: radius word 0 (u = 2^-m, the largest radius) and all
