@@ -83,8 +83,14 @@ def assert_jit_matches_eager(f, *args, rtol=None, atol=None):
     return jitted
 
 
-def assert_vmap_matches_loop(f, batched_args, in_axes=0, rtol=None, atol=None):
-    """``jax.vmap(f, in_axes)(*batched_args)`` equals stacking ``f`` over the batch axis."""
+def assert_vmap_matches_loop(f, batched_args, in_axes=0, rtol=None, atol=None, jit=True):
+    """``jax.vmap(f, in_axes)(*batched_args)`` equals stacking ``f`` over the batch axis.
+
+    ``jit``: both sides jitted (``f`` compiled once for every element), which for a function
+    of many small operations costs far less than running them one by one; ``False`` runs
+    both eagerly (an ``f`` that cannot be traced)."""
+    if jit:
+        f = jax.jit(f)
     out = jax.vmap(f, in_axes=in_axes)(*batched_args)
     axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(batched_args)
     sizes = [

@@ -420,7 +420,8 @@ def test_query_in_frame_stores_each_plane_once_per_environment():
     assert len(per_env) >= 7, "\n".join(per_env)  # 3 coordinates, the distance, 3 normals
     # the same values as the query of each environment alone
     got = jax.jit(jax.vmap(sd_and_normal))(poses)
+    one = jax.jit(sd_and_normal)
     for e in range(E):
-        sd, n = sd_and_normal(poses[e])
+        sd, n = one(poses[e])
         np.testing.assert_allclose(got[0][e], sd, rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(np.stack(got[1], -1)[e], np.stack(n, -1), rtol=1e-6, atol=1e-6)

@@ -192,3 +192,22 @@ def test_quat_mul_and_matrix_planes_match_the_stacked_forms():
     np.testing.assert_allclose(
         np.array(P.quat_to_matrix_planes(half), float), np.diag([-1.0, -1.0, 1.0]), atol=1e-15
     )
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_the_vmap_helper_catches_a_wrong_batching_rule(jit):
+    """``assert_vmap_matches_loop`` fails on a batching rule that computes something else,
+    compiled (the default) or run eagerly."""
+
+    @jax.custom_batching.custom_vmap
+    def twice(x):
+        return 2.0 * x
+
+    @twice.def_vmap
+    def _rule(axis_size, in_batched, x):
+        return 3.0 * x, in_batched[0]
+
+    x = jnp.arange(3.0)
+    with pytest.raises(AssertionError, match="vmap vs loop"):
+        assert_vmap_matches_loop(twice, (x,), jit=jit)
+    assert_vmap_matches_loop(lambda y: 2.0 * y, (x,), jit=jit)
