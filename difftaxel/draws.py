@@ -118,11 +118,11 @@ def hash_normal(key, shape: tuple, dtype) -> Array:
     two words of one call share their bits; float64 takes a second word per draw, that of
     counter ``n' + i`` with ``n'`` the draws rounded up to even, so each of its 53-bit
     uniforms holds two independent words), and pairs of words become pairs of normals by
-    :func:`_box_muller`. At most ``2^32`` words per call (``2^31`` draws in float64). The same key gives the same draws; split keys give independent
-    seeds. Not a cryptographic generator, and its streams are not those of ``jax.random``;
-    cheaper than :func:`standard_normal` because hashing a counter costs less than threefry.
-    Tails are bounded at ``|z| <= 5.77`` (float32) / ``8.57``
-    (float64) by the uniforms' resolution.
+    :func:`_box_muller`. At most ``2^32`` words per call (``2^31`` draws in float64). The
+    same key gives the same draws; split keys give independent seeds. Not a cryptographic
+    generator, and its streams are not those of ``jax.random``; cheaper than
+    :func:`standard_normal` because hashing a counter costs less than threefry. Tails are
+    bounded at ``|z| <= 5.77`` (float32) / ``8.57`` (float64) by the uniforms' resolution.
     """
     n = int(np.prod(shape))
     return jnp.concatenate(_hash_halves(key, (n + 1) // 2, dtype))[:n].reshape(shape)

@@ -87,11 +87,11 @@ def test_a_scene_keeping_the_sensor_body_maps_its_geoms_and_masks_them(pads):
             rollout(mx, d, sensors, kept, jnp.zeros((1, 0)), m=m, link_loops=bad)
 
 
-@pytest.mark.slow  # two compilations of a vmapped three-link MJX rollout: ~30 s
+@pytest.mark.slow  # four compilations of a three-link MJX rollout, two of its gradient: ~170 s
 def test_links_in_one_loop_read_what_one_program_per_link_reads(pads):
     """Readings, final states and noise draws of the three pads under vmap, gated by MJX's
-    contact list (each looped link reads its own geoms' contacts): the looped links (kept
-    scenes) equal one program per link (float64)."""
+    contact list (each looped link reads its own geoms' contacts), and the gradient of the
+    readings: the looped links (kept scenes) equal one program per link (float64)."""
     m, mx, sensors, apart, kept = pads
     d0 = mjx.make_data(mx)
     dz = jax.vmap(lambda z: d0.replace(qpos=d0.qpos.at[2].add(z)))(jnp.array([0.0, -3e-4]))
@@ -116,3 +116,17 @@ def test_links_in_one_loop_read_what_one_program_per_link_reads(pads):
     # each link draws its own noise
     n = [np.asarray(r_loop[i].measured.force - r_loop[i].ground_truth.force) for i in (1, 2)]
     assert not np.allclose(n[0], n[1])
+    # and the derivatives through the physics and the loop are the unrolled links' (the ball's
+    # initial height; float64)
+
+    def grad(scenes, loops):
+        def loss(z):
+            d = d0.replace(qpos=d0.qpos.at[2].add(z))
+            r = rollout(mx, d, sensors, scenes, jnp.zeros((3, 0)), m=m, link_loops=loops)[2]
+            return sum(jnp.sum(x.ground_truth.force[..., 2]) for x in r)
+
+        return jax.jit(jax.grad(loss))(jnp.asarray(-1e-4))
+
+    g_loop, g_each = grad(kept, 1), grad(apart, None)
+    assert np.isfinite(g_loop) and float(g_loop) != 0.0
+    np.testing.assert_allclose(g_loop, g_each, rtol=1e-10)

@@ -116,8 +116,8 @@ def test_plan_errors_and_scene_helpers():
         concat_scenes(a, press_scene([[0, 0, 4e-3]], 5e-3))
     s = sensor_for(1)
     meas = np.array(both.readings(s, *(jnp.asarray(x) for x in lay)))[..., 2]
-    fit = calibrate_layout(
-        s, lay, both, meas, channels="normal", holdout=0.0, steps_per_stage=5, lm_steps=1
+    fit = calibrate_layout(  # any fit: its errors are checked, not its values
+        s, lay, both, meas, channels="normal", holdout=0.0, steps_per_stage=1, lm_steps=0
     )
     with pytest.raises(ValueError, match="measured: expected"):
         next_presses(fit, lay, both, meas[:2])

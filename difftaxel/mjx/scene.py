@@ -288,10 +288,16 @@ def _link_key(sensor, state, sc):
 
 
 def link_groups(sensors, scenes, states) -> tuple:
-    """Static groups of sensor-link indices that :func:`rollout` steps in one loop: links
-    whose sensors and states have the same structure (static options, leaf shapes) and whose
-    scenes hold the same shapes (e.g. built with ``keep_sensor_body=True``, or sensing only
-    bodies other than the links). A link alike no other is a group of one."""
+    """Static groups of sensor links that :func:`rollout` (``link_loops``) may step in one loop.
+
+    Args:
+      sensors, scenes, states: one per link: the probe sensors, their
+        :func:`scene_from_model` maps (host data) and their states.
+
+    Returns a tuple of tuples of link indices, in order of first appearance: links whose
+    sensors and states have the same structure (static options; leaf shapes and dtypes) and
+    whose scenes hold the same shapes (built with ``keep_sensor_body=True``, or sensing only
+    bodies that carry no taxels). A link alike no other is a group of one."""
     keys, groups = [], []
     for i, (s, st, sc) in enumerate(zip(sensors, states, scenes, strict=True)):
         k = _link_key(s, st, sc)
@@ -404,10 +410,9 @@ def rollout(
         new, reads = [], []
         every = _every_body(d, root)
         for g, st, grp in zip(groups, states, stacked, strict=True):  # a few groups, static
-            kg = None if k is None else k[np.asarray(g)]
             if grp is None:
                 inputs = _inputs(d, scenes[g[0]], root, dt, gated, every)
-                st, r = sensors[g[0]].step(st, inputs, None if kg is None else kg[0])
+                st, r = sensors[g[0]].step(st, inputs, None if k is None else k[g[0]])
             else:  # links alike: one loop over them, one link's program (not one per link)
                 sc = scenes[g[0]]
 
@@ -418,6 +423,7 @@ def rollout(
                     )
                     return s.step(st_i, inputs, k_i)
 
+                kg = None if k is None else k[np.asarray(g)]
                 st, r = jax.lax.map(one, (grp[0], st, grp[1], grp[2], kg))
             new.append(st)
             reads.append(r)
